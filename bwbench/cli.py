@@ -1,0 +1,306 @@
+"""The `bwbench` command line: run, list, info, report.
+
+Exit codes: 0 success; 1 an implementation failed its check or errored (its record says why);
+2 usage or input error, or no GPU; 130 interrupted (the results measured so far are kept).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .console import device_table, make_console, problems, summary_tables
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+app = typer.Typer(
+    name="bwbench",
+    help="Benchmark memory-bound GPU kernels against the bandwidth the card can actually move.\n\n"
+         "Every implementation is checked against a float64 reference before it is timed; effective "
+         "bandwidth (bytes moved / time) is compared with a same-size device-to-device copy measured "
+         "in the same run ('% of copy') and with the theoretical peak from NVML.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = make_console()
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as a message, exit code 2."""
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def split_list(value: Optional[str]) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """'4GB' -> 4e9, '512MiB' -> 512 * 2**20, '1000' -> 1000 bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower().rstrip("b")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+    if unit not in scale:
+        raise UsageError(f"unknown size unit in {text!r}")
+    return int(number * scale[unit])
+
+
+def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list[str]]:
+    """`--cols 1024,4096`, `--cols=1024` and `--axis cols=1024,4096` all select axis values."""
+    selected: dict[str, list[str]] = {}
+    for item in axis_options:
+        if "=" not in item:
+            raise UsageError(f"--axis takes NAME=VALUES, e.g. --axis cols=1024,4096 (got {item!r})")
+        name, values = item.split("=", 1)
+        selected[name.strip()] = split_list(values)
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        if not token.startswith("--") or len(token) < 3:
+            raise UsageError(f"unexpected argument {token!r}")
+        if "=" in token:
+            name, values = token[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
+                raise UsageError(f"{token} needs values, e.g. {token} 1024,4096")
+            name, values = token[2:], extra[i + 1]
+            i += 2
+        selected[name.replace("-", "_")] = split_list(values) if ";" not in values else \
+            [v.strip() for v in values.split(";") if v.strip()]
+    return selected
+
+
+def _guard(fn):
+    """Turn the errors a user can cause into a message and an exit code instead of a traceback."""
+    from .device import NoGpuError
+    from .suite import SelectionError, SuiteDefinitionError
+
+    try:
+        return fn()
+    except (UsageError, SelectionError) as err:
+        fail(str(err))
+    except NoGpuError as err:
+        fail(str(err))
+    except SuiteDefinitionError as err:
+        fail(f"broken suite definition: {err}")
+
+
+def _default_stem(suite: str, gpu_name: str) -> str:
+    gpu = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower() or "gpu"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{suite}-{gpu}-{stamp}"
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    suite: str = typer.Argument(..., help="Suite to run (see `bwbench list`)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes, e.g. float16,bfloat16 (default: the suite's default)."),
+    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
+    axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
+    quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
+    timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
+    max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
+    noise: float = typer.Option(0.005, "--noise", help="Stop sampling once the relative standard deviation of the samples is below this."),
+    min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (each case gets seed + its number)."),
+    out: Path = typer.Option(Path("reports"), "--out", "-o", help="Folder for the results JSON, CSV and HTML report."),
+    name: Optional[str] = typer.Option(None, "--name", help="File name stem (default SUITE-GPU-TIMESTAMP)."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
+    gpu: int = typer.Option(0, "--gpu", help="CUDA device index."),
+    copy_size: str = typer.Option("4GB", "--copy-size", help="Buffer size of the device copy-bandwidth measurement."),
+):
+    """Sweep a suite: check every implementation against the reference, time it, write results and a report.
+
+    Axis values can be chosen with --NAME VALUES (e.g. --cols 1024,4096 --rows 4096) or --axis NAME=VALUES.
+    Results go to OUT/NAME.json (written after every record, so an interrupted run keeps what it measured), OUT/NAME.csv and OUT/NAME.html.
+    """
+    from .runner import Runner, RunSettings
+    from .stats import SamplingPolicy
+    from .timing import TIMING_MODES
+
+    def prepare():
+        from .discovery import get_suite
+
+        if timing not in TIMING_MODES:
+            raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
+        if max_time <= 0 or noise <= 0 or min_samples < 1:
+            raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
+        chosen = get_suite(suite)
+        impls = chosen.select_impls(split_list(impl))
+        axis_values = {name_: chosen.parse_axis_values(name_, values)
+                       for name_, values in parse_axis_args(list(ctx.args), axis).items()}
+        cases = chosen.cases(split_list(dtype), axis_values, quick=quick)
+        return chosen, impls, cases, parse_size(copy_size)
+
+    chosen, impls, cases, copy_bytes = _guard(prepare)
+    code = _guard(lambda: _run_measured(
+        chosen, impls, cases, copy_bytes,
+        RunSettings(timing=timing, seed=seed),
+        SamplingPolicy(min_samples=min_samples, max_noise=noise, max_seconds=max_time),
+        out, name, report, gpu,
+        options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
+                 "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
+                 "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
+    raise typer.Exit(code)
+
+
+def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name, want_report, gpu, options) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .device import query_device, require_cuda
+    from .results import ResultsWriter, RunDocument, write_csv
+    from .runner import Runner
+    from .telemetry import Telemetry
+    from .timing import Timer, measure_copy_bandwidth
+
+    device = require_cuda(gpu)
+    info = query_device(device)
+    console.print(f"[bold]{chosen.name}[/]: {len(cases)} cases × {len(impls)} implementations "
+                  f"+ copy ceiling on {info.gpu_name}")
+    timer = Timer(device, info.l2_bytes, info.sm_clock_max_mhz, policy)
+    with console.status("measuring the device copy bandwidth…"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        info.copy_bytes = min(copy_bytes, free // 4)
+        info.copy_gbps, _ = measure_copy_bandwidth(timer, info.copy_bytes)
+    stem = name or _default_stem(chosen.name, info.gpu_name)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
+    document = RunDocument(environment=info.to_dict(), options=options, suites={chosen.name: chosen.describe()})
+
+    interrupted = False
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=len(cases) * (len(impls) + 1))
+        writer = ResultsWriter(paths["json"], document, on_add=lambda rec: progress.advance(task))
+        runner = Runner(device, timer, writer, settings, info.peak_gbps, Telemetry(info.gpu_uuid, info.gpu_index),
+                        on_step=lambda text: progress.update(task, description=text))
+        try:
+            for case in cases:
+                runner.run_case(chosen, case, impls)
+        except KeyboardInterrupt:
+            interrupted = True
+    writer.finish(interrupted=interrupted)
+    write_csv(document, paths["csv"])
+    for table in summary_tables(document.records):
+        console.print(table)
+    for line in problems(document.records):
+        console.print(line, soft_wrap=True)
+    console.print(f"device copy bandwidth {info.copy_gbps:,.0f} GB/s"
+                  + (f", theoretical peak {info.peak_gbps:,.0f} GB/s" if info.peak_gbps else ""))
+    if want_report and document.records:
+        from .report import write_report
+
+        write_report([(info.gpu_name, document)], paths["html"])
+        console.print(f"report:  {paths['html']}")
+    console.print(f"results: {paths['json']} (CSV: {paths['csv']})")
+    if interrupted:
+        console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {paths['json']}")
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if any(r.status == "failed" for r in document.records) else EXIT_OK
+
+
+@app.command("list")
+def list_suites():
+    """List the suites, their axes, dtypes and implementations."""
+    from rich.table import Table
+
+    from .discovery import BrokenSuite, discover
+
+    table = Table(title="bwbench suites", title_justify="left")
+    for col in ("suite", "description", "axes (default sweep)", "dtypes", "implementations"):
+        table.add_column(col)
+    for name, entry in discover().items():
+        if isinstance(entry, BrokenSuite):
+            table.add_row(name, f"[red]cannot load: {entry.error}[/]", "", "", "")
+            continue
+        axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in entry.describe()["axes"].items())
+        dtypes = ", ".join(f"[bold]{d}[/]" if d in entry.default_dtypes else d for d in entry.dtypes)
+        impls = "\n".join(f"{i.name} ({i.kind})" for i in entry.implementations.values())
+        table.add_row(name, entry.description, axes, dtypes, impls)
+    console.print(table)
+    console.print("[dim]bold dtype = default; every run also measures the same-size copy ceiling[/]")
+
+
+@app.command()
+def info(
+    gpu: int = typer.Option(0, "--gpu", help="CUDA device index."),
+    copy_size: str = typer.Option("4GB", "--copy-size", help="Buffer size of the copy-bandwidth measurement."),
+    json_out: bool = typer.Option(False, "--json", help="Print the facts as JSON."),
+):
+    """The GPU, its software, its theoretical peak and its measured copy bandwidth."""
+
+    def measure():
+        import json
+
+        import torch
+
+        from .device import query_device, require_cuda
+        from .timing import Timer, measure_copy_bandwidth
+
+        nbytes = parse_size(copy_size)
+        device = require_cuda(gpu)
+        facts = query_device(device)
+        timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz)
+        free, _ = torch.cuda.mem_get_info(device)
+        facts.copy_bytes = min(nbytes, free // 4)
+        facts.copy_gbps, _ = measure_copy_bandwidth(timer, facts.copy_bytes)
+        if json_out:
+            print(json.dumps(facts.to_dict(), indent=1))
+        else:
+            console.print(device_table(facts.to_dict()))
+
+    _guard(measure)
+
+
+@app.command("report")
+def report_cmd(
+    files: List[Path] = typer.Argument(..., help="Results JSON files (one run, or several to compare)."),
+    output: Path = typer.Option(None, "--output", "-o", help="HTML file to write (default: next to the first results file)."),
+):
+    """Build the HTML report from results files (no GPU needed)."""
+
+    def build():
+        from .report import write_report
+        from .results import read_document
+
+        documents = []
+        for path in files:
+            try:
+                doc = read_document(path)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
+            label = doc.environment.get("gpu_name") or path.stem
+            if len(files) > 1:
+                label = f"{label} ({path.stem})"
+            documents.append((label, doc))
+        target = output or files[0].with_suffix(".html")
+        write_report(documents, target)
+        console.print(f"report: {target}")
+
+    _guard(build)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

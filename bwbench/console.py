@@ -1,0 +1,93 @@
+"""What the terminal shows: the summary table of a run and the device facts."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from .results import Record
+from .suite import COPY_IMPL
+
+
+def _gb(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def cell(record: Record | None) -> str:
+    """One implementation's result on one case: GB/s and % of the same-size copy, or why not."""
+    if record is None:
+        return ""
+    if record.status == "failed":
+        return "[bold red]FAILED[/]"
+    if record.status == "skipped":
+        return "[dim]skipped[/]"
+    text = _gb(record.gbps)
+    if record.pct_copy is not None and record.impl != COPY_IMPL:
+        text += f" [dim]({record.pct_copy:.0f}%)[/]"
+    if record.telemetry and record.telemetry.get("throttled"):
+        text += " [yellow]⚠[/]"
+    if record.pct_peak is not None and record.pct_peak > 100:
+        text += " [bold red]>peak![/]"
+    return text
+
+
+def summary_tables(records: Iterable[Record]) -> list[Table]:
+    """One table per (suite, dtype): a row per case, a column per implementation, copy first."""
+    groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
+    for rec in records:
+        groups[(rec.suite, rec.dtype)].append(rec)
+    tables = []
+    for (suite, dtype), recs in groups.items():
+        impls = [COPY_IMPL] + sorted({r.impl for r in recs if r.impl != COPY_IMPL}, key=[r.impl for r in recs].index)
+        cases = list(dict.fromkeys(r.case for r in recs))
+        by_key = {(r.case, r.impl): r for r in recs}
+        table = Table(title=f"{suite} · {dtype} · GB/s (% of same-size copy)", title_justify="left")
+        table.add_column("case", style="bold")
+        for impl in impls:
+            table.add_column(impl, justify="right")
+        for case in cases:
+            table.add_row(case, *(cell(by_key.get((case, impl))) for impl in impls))
+        tables.append(table)
+    return tables
+
+
+def problems(records: Iterable[Record]) -> list[str]:
+    """Lines for every failed record and every number not to trust."""
+    lines = []
+    for r in records:
+        if r.status == "failed":
+            lines.append(f"[red]FAILED[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
+        elif r.status == "ok" and r.reason:
+            lines.append(f"[yellow]warning[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
+    return lines
+
+
+def device_table(env: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("GPU", f"{env.get('gpu_name')} (index {env.get('gpu_index')}, {env.get('gpu_uuid')})"),
+        ("compute capability", env.get("compute_capability")),
+        ("SMs", env.get("sm_count")),
+        ("L2", f"{(env.get('l2_bytes') or 0) / 2**20:.0f} MiB"),
+        ("memory", f"{(env.get('memory_bytes') or 0) / 2**30:.1f} GiB"),
+        ("memory clock (max) × bus", f"{env.get('mem_clock_max_mhz')} MHz × {env.get('bus_width_bits')} bit"),
+        ("theoretical peak", f"{_gb(env.get('peak_gbps'))} GB/s" + (f" ({env['peak_note']})" if env.get("peak_note") else "")),
+        ("copy bandwidth (measured)", f"{_gb(env.get('copy_gbps'))} GB/s"
+         + (f" for a {env['copy_bytes'] / 1e9:.2f} GB copy" if env.get("copy_bytes") else "")
+         + (f", {100 * env['copy_gbps'] / env['peak_gbps']:.1f}% of peak" if env.get("copy_gbps") and env.get("peak_gbps") else "")),
+        ("driver / CUDA", f"{env.get('driver_version')} / {env.get('cuda_version')}"),
+        ("torch / cupy / cuDNN", f"{env.get('torch_version')} / {env.get('cupy_version')} / {env.get('cudnn_version')}"),
+        ("bwbench", f"{env.get('bwbench_version')} ({env.get('git_commit') or 'no git'})"),
+    ]
+    for key, value in rows:
+        table.add_row(key, str(value))
+    return table
+
+
+def make_console() -> Console:
+    return Console(highlight=False)

@@ -1,0 +1,91 @@
+"""Summary statistics of timing samples, and the stopping rule for sampling.
+
+Pure Python on purpose: the numbers a gate or a report reads must not depend on a GPU being present.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, asdict
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Timing statistics of one implementation on one case, in microseconds."""
+
+    count: int
+    min_us: float
+    p10_us: float
+    median_us: float
+    p90_us: float
+    max_us: float
+    mean_us: float
+    stdev_us: float
+    noise: float
+    """Relative standard deviation of the samples (stdev / mean), as nvbench reports it."""
+    converged: bool
+    """True when sampling stopped because the noise settled, False when it hit a time or count cap."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]) of an already sorted sequence."""
+    if not sorted_values:
+        raise ValueError("percentile of no samples")
+    if len(sorted_values) == 1:
+        return float(sorted_values[0])
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return float(sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac)
+
+
+def relative_noise(samples: Sequence[float]) -> float:
+    if len(samples) < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / mean if mean > 0 else math.inf
+
+
+def summarize(samples_us: Sequence[float], converged: bool) -> Stats:
+    if not samples_us:
+        raise ValueError("no timing samples to summarize")
+    ordered = sorted(float(s) for s in samples_us)
+    return Stats(
+        count=len(ordered),
+        min_us=ordered[0],
+        p10_us=percentile(ordered, 10),
+        median_us=percentile(ordered, 50),
+        p90_us=percentile(ordered, 90),
+        max_us=ordered[-1],
+        mean_us=statistics.fmean(ordered),
+        stdev_us=statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
+        noise=relative_noise(ordered) if len(ordered) > 1 else 0.0,
+        converged=converged,
+    )
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    """When to stop taking samples: the noise settles below `max_noise` after `min_samples`, or
+    `max_seconds` of wall time or `max_samples` samples are spent (then the result is not converged)."""
+
+    min_samples: int = 20
+    max_samples: int = 2000
+    max_noise: float = 0.005
+    max_seconds: float = 1.0
+    batch: int = 10
+
+    def done(self, samples: Sequence[float], elapsed_s: float) -> tuple[bool, bool]:
+        """(stop, converged) after these samples and this much wall time."""
+        n = len(samples)
+        if n >= self.min_samples and relative_noise(samples) <= self.max_noise:
+            return True, True
+        if n >= self.max_samples or (elapsed_s >= self.max_seconds and n >= min(self.min_samples, 5)):
+            return True, False
+        return False, False

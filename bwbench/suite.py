@@ -1,0 +1,285 @@
+"""The suite model: a benchmark declares its axes, inputs, reference, bytes and implementations.
+
+A suite file in suites/ builds one `Suite` and decorates plain functions onto it; the runner owns
+everything else (sweeping, checking, timing, recording). Modelled on nvbench's declared memory
+traffic and Triton's declarative `Benchmark`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+IMPLEMENTATION_KINDS = ("cuda", "naive", "cudnn", "torch", "compiled")
+"""What each kind is: this project's optimized kernels, the multi-kernel or per-element version the
+articles start from, the cuDNN call, eager PyTorch, and torch.compile (Triton)."""
+
+COPY_IMPL = "copy"
+"""The same-size device-to-device copy each case is measured against (kind "ceiling")."""
+
+DTYPE_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
+                  "int16": 2, "int32": 4, "int64": 8}
+
+
+class SuiteDefinitionError(ValueError):
+    """A suite file declares something inconsistent (a bug in the suite, not in the user's input)."""
+
+
+class Skip(Exception):
+    """Raised by an implementation's build (or run) when it cannot run this case here: the case is
+    recorded as skipped with this reason (no cuDNN, dtype unsupported), not silently dropped."""
+
+
+class SelectionError(ValueError):
+    """The user asked for an axis, value, dtype or implementation the suite does not have."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The minimal compulsory memory traffic of one case: each input read once, each output written once."""
+
+    read: int
+    write: int
+
+    @property
+    def total(self) -> int:
+        return self.read + self.write
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An output element passes when |out - ref| <= atol + rtol * |ref| (NaN never passes)."""
+
+    rtol: float
+    atol: float
+
+
+DEFAULT_TOLERANCES = {
+    "float16": Tolerance(rtol=2e-3, atol=1e-6),
+    "bfloat16": Tolerance(rtol=1.6e-2, atol=1e-5),
+    "float32": Tolerance(rtol=1e-5, atol=1e-8),
+    "float64": Tolerance(rtol=1e-12, atol=1e-15),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of the sweep: the suite's axis values and a dtype. Axis values read as attributes."""
+
+    suite: str
+    params: Mapping[str, Any]
+    dtype: str
+
+    def __getattr__(self, name: str) -> Any:
+        params = self.__dict__.get("params", {})
+        if name in params:
+            return params[name]
+        raise AttributeError(name)
+
+    @property
+    def id(self) -> str:
+        return ",".join(f"{k}={format_value(v)}" for k, v in self.params.items())
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPE_ITEMSIZE[self.dtype]
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    def __str__(self) -> str:
+        return f"{self.suite}[{self.id}, {self.dtype}]"
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way of computing the suite's operation.
+
+    `build(case)` does everything that must stay out of the timing (compiling, descriptors,
+    torch.compile) and returns the callable that is checked and timed: it takes the inputs as
+    keyword arguments and returns the output tensor (or a tuple of them).
+    `unsupported(case)` returns a reason to skip the case, or None.
+    """
+
+    name: str
+    kind: str
+    build: Callable[[Case], Callable[..., Any]]
+    description: str = ""
+    unsupported: Callable[[Case], str | None] | None = None
+
+    def skip_reason(self, case: Case) -> str | None:
+        return self.unsupported(case) if self.unsupported else None
+
+
+def format_value(value: Any) -> str:
+    """The text form of an axis value, as the CLI and the results file write it."""
+    if isinstance(value, (tuple, list)):
+        return "x".join(str(v) for v in value)
+    return str(value)
+
+
+def parse_like(text: str, example: Any) -> Any:
+    """Parse one CLI axis value into the type of the suite's own values."""
+    text = text.strip()
+    if isinstance(example, bool):
+        return text.lower() in ("1", "true", "yes")
+    if isinstance(example, int):
+        return int(float(text)) if "e" in text.lower() else int(text)
+    if isinstance(example, float):
+        return float(text)
+    if isinstance(example, tuple):
+        sep = "x" if "x" in text else ","
+        return tuple(int(part) for part in text.split(sep) if part.strip())
+    return text
+
+
+def pow2(low: int, high: int) -> list[int]:
+    """Powers of two from low to high inclusive: pow2(32, 256) == [32, 64, 128, 256]."""
+    if low <= 0 or high < low:
+        raise SuiteDefinitionError(f"pow2({low}, {high}) is empty")
+    values, v = [], 1
+    while v <= high:
+        if v >= low:
+            values.append(v)
+        v *= 2
+    return values
+
+
+@dataclass
+class Suite:
+    """A benchmark: axes to sweep, dtypes, and the functions that define the experiment."""
+
+    name: str
+    description: str
+    axes: dict[str, list[Any]]
+    dtypes: Sequence[str] = ("float16",)
+    default_dtypes: Sequence[str] | None = None
+    quick: dict[str, list[Any]] = field(default_factory=dict)
+    x_axis: str | None = None
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    implementations: dict[str, Implementation] = field(default_factory=dict)
+    make_inputs: Callable[[Case, Any], dict[str, Any]] | None = None
+    compute_reference: Callable[..., Any] | None = None
+    compute_traffic: Callable[[Case], Traffic] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.axes:
+            raise SuiteDefinitionError(f"suite {self.name!r} declares no axes")
+        for axis, values in self.axes.items():
+            if not values:
+                raise SuiteDefinitionError(f"suite {self.name!r}: axis {axis!r} has no values")
+        for axis in self.quick:
+            if axis not in self.axes:
+                raise SuiteDefinitionError(f"suite {self.name!r}: quick axis {axis!r} is not an axis")
+        for dtype in self.dtypes:
+            if dtype not in DTYPE_ITEMSIZE:
+                raise SuiteDefinitionError(f"suite {self.name!r}: unknown dtype {dtype!r}")
+        if self.default_dtypes is None:
+            self.default_dtypes = list(self.dtypes[:1])
+        if self.x_axis is None:
+            self.x_axis = list(self.axes)[-1]
+
+    # --- decorators a suite file uses -------------------------------------------------------
+    def inputs(self, fn: Callable[[Case, Any], dict[str, Any]]):
+        self.make_inputs = fn
+        return fn
+
+    def reference(self, fn: Callable[..., Any]):
+        self.compute_reference = fn
+        return fn
+
+    def traffic(self, fn: Callable[[Case], Traffic]):
+        self.compute_traffic = fn
+        return fn
+
+    def impl(self, name: str, kind: str, description: str = "",
+             unsupported: Callable[[Case], str | None] | None = None):
+        if kind not in IMPLEMENTATION_KINDS:
+            raise SuiteDefinitionError(f"implementation {name!r}: kind {kind!r} is not one of {IMPLEMENTATION_KINDS}")
+        if name == COPY_IMPL or name in self.implementations:
+            raise SuiteDefinitionError(f"suite {self.name!r}: implementation name {name!r} is taken")
+
+        def register(build: Callable[[Case], Callable[..., Any]]):
+            text = description or (build.__doc__ or "").strip().split("\n")[0]
+            self.implementations[name] = Implementation(name, kind, build, text, unsupported)
+            return build
+
+        return register
+
+    # --- what the runner asks --------------------------------------------------------------
+    def check_complete(self) -> None:
+        missing = [what for what, fn in (("inputs", self.make_inputs), ("reference", self.compute_reference),
+                                         ("traffic", self.compute_traffic)) if fn is None]
+        if missing:
+            raise SuiteDefinitionError(f"suite {self.name!r} does not define: {', '.join(missing)}")
+        if not self.implementations:
+            raise SuiteDefinitionError(f"suite {self.name!r} has no implementations")
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
+
+    def select_impls(self, names: Iterable[str] | None) -> list[Implementation]:
+        if not names:
+            return list(self.implementations.values())
+        chosen = []
+        for name in names:
+            if name not in self.implementations:
+                valid = ", ".join(self.implementations)
+                raise SelectionError(f"suite {self.name!r} has no implementation {name!r}; valid: {valid}")
+            chosen.append(self.implementations[name])
+        return chosen
+
+    def select_dtypes(self, dtypes: Iterable[str] | None) -> list[str]:
+        if not dtypes:
+            return list(self.default_dtypes or [])
+        chosen = []
+        for dtype in dtypes:
+            if dtype not in self.dtypes:
+                raise SelectionError(f"suite {self.name!r} does not run dtype {dtype!r}; valid: {', '.join(self.dtypes)}")
+            chosen.append(dtype)
+        return chosen
+
+    def parse_axis_values(self, axis: str, texts: Iterable[str]) -> list[Any]:
+        if axis not in self.axes:
+            raise SelectionError(f"suite {self.name!r} has no axis {axis!r}; axes: {', '.join(self.axes)}")
+        example = self.axes[axis][0]
+        values = []
+        for text in texts:
+            try:
+                values.append(parse_like(text, example))
+            except ValueError:
+                raise SelectionError(f"--{axis}: cannot read {text!r} as a value like {format_value(example)!r}") from None
+        if not values:
+            raise SelectionError(f"--{axis} needs at least one value")
+        return values
+
+    def cases(self, dtypes: Iterable[str] | None = None, axis_values: Mapping[str, list[Any]] | None = None,
+              quick: bool = False) -> list[Case]:
+        """The sweep: the cartesian product of the axes (quick values and user values replacing them)."""
+        axes = dict(self.axes)
+        if quick:
+            axes.update(self.quick)
+        for axis, values in (axis_values or {}).items():
+            if axis not in axes:
+                raise SelectionError(f"suite {self.name!r} has no axis {axis!r}; axes: {', '.join(self.axes)}")
+            axes[axis] = list(values)
+        chosen_dtypes = self.select_dtypes(dtypes)
+        names = list(axes)
+        return [Case(self.name, dict(zip(names, combo)), dtype)
+                for dtype in chosen_dtypes
+                for combo in itertools.product(*(axes[n] for n in names))]
+
+    def describe(self) -> dict[str, Any]:
+        """What the results file records about the suite, so reports need not import it."""
+        return {
+            "description": self.description,
+            "axes": {k: [format_value(v) for v in vals] for k, vals in self.axes.items()},
+            "x_axis": self.x_axis,
+            "dtypes": list(self.dtypes),
+            "implementations": {i.name: {"kind": i.kind, "description": i.description}
+                                for i in self.implementations.values()},
+        }

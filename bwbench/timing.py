@@ -1,0 +1,139 @@
+"""Timing GPU work with CUDA events: cold (L2 flushed before every sample) or hot (CUDA graph replay).
+
+Cold is the default because a memory-bound kernel's honest bandwidth is the DRAM's, not the L2's:
+before every sample a buffer twice the L2 size is read (a read leaves clean lines, so no write-back
+of the flush lands inside the timed region), then a short device-side sleep keeps the GPU busy
+while the host enqueues the implementation, so launch overhead on the host is not timed as idle GPU.
+Only the implementation sits between the two events.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .stats import SamplingPolicy, Stats, summarize
+
+TIMING_MODES = ("cold", "hot")
+
+HIDE_LAUNCH_US = 40.0
+"""Device-side sleep before each cold sample, long enough to cover the host's launch overhead."""
+
+HOT_GRAPH_TARGET_US = 2000.0
+"""A hot sample replays enough launches in one graph to run for about this long."""
+
+
+@dataclass
+class Measurement:
+    """Raw samples (microseconds per call) and their statistics."""
+
+    mode: str
+    samples_us: list[float]
+    stats: Stats
+    launches_per_sample: int = 1
+
+
+class Timer:
+    """Times callables on one device; owns the L2 flush buffer and the CUDA events."""
+
+    def __init__(self, device, l2_bytes: int, sm_clock_mhz: float | None, policy: SamplingPolicy | None = None):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.policy = policy or SamplingPolicy()
+        flush_bytes = max(2 * int(l2_bytes), 64 << 20)
+        self._flush_src = torch.ones(flush_bytes // 4, dtype=torch.float32, device=device)
+        self._flush_out = torch.empty((), dtype=torch.float32, device=device)
+        self._sleep_cycles = int(HIDE_LAUNCH_US * (sm_clock_mhz or 1500.0))
+
+    # --- cold --------------------------------------------------------------------------
+    def flush_l2(self) -> None:
+        self.torch.sum(self._flush_src, dim=0, out=self._flush_out)
+
+    def _hide_launch(self) -> None:
+        sleep = getattr(self.torch.cuda, "_sleep", None)
+        if sleep is not None:
+            sleep(self._sleep_cycles)
+
+    def cold(self, fn: Callable[[], Any], policy: SamplingPolicy | None = None) -> Measurement:
+        policy = policy or self.policy
+        torch = self.torch
+        fn()  # warm-up: lazy initialisation, allocator growth, autotuning caches
+        torch.cuda.synchronize(self.device)
+        samples: list[float] = []
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(policy.batch)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(policy.batch)]
+        began = time.perf_counter()
+        while True:
+            for start, end in zip(starts, ends):
+                self.flush_l2()
+                self._hide_launch()
+                start.record()
+                fn()
+                end.record()
+            ends[-1].synchronize()
+            samples.extend(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
+            stop, converged = policy.done(samples, time.perf_counter() - began)
+            if stop:
+                return Measurement("cold", samples, summarize(samples, converged))
+
+    # --- hot ---------------------------------------------------------------------------
+    def hot(self, fn: Callable[[], Any], policy: SamplingPolicy | None = None,
+            max_launches: int = 1000) -> Measurement:
+        """Back-to-back launches replayed from one CUDA graph: the per-launch time with warm caches
+        and no host overhead, for shapes so small that launch latency is what a cold sample sees."""
+        policy = policy or self.policy
+        torch = self.torch
+        estimate = self.cold(fn, SamplingPolicy(min_samples=5, max_samples=5, max_seconds=0.2, batch=5))
+        launches = int(max(1, min(max_launches, HOT_GRAPH_TARGET_US // max(estimate.stats.median_us, 1.0))))
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):  # warm up on a side stream, as graph capture requires
+            fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples: list[float] = []
+        began = time.perf_counter()
+        while True:
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1000.0 / launches)
+            stop, converged = policy.done(samples, time.perf_counter() - began)
+            if stop:
+                del graph
+                return Measurement("hot", samples, summarize(samples, converged), launches)
+
+    def measure(self, fn: Callable[[], Any], mode: str = "cold") -> Measurement:
+        if mode == "cold":
+            return self.cold(fn)
+        if mode == "hot":
+            return self.hot(fn)
+        raise ValueError(f"timing mode {mode!r} is not one of {TIMING_MODES}")
+
+
+def copy_callable(device, nbytes: int) -> Callable[[], Any]:
+    """A device-to-device copy of nbytes (cudaMemcpyAsync underneath), moving 2 * nbytes."""
+    import torch
+
+    nbytes = max(16, (int(nbytes) // 16) * 16)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 256)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def measure_copy_bandwidth(timer: Timer, nbytes: int, mode: str = "cold") -> tuple[float, Measurement]:
+    """The copy ceiling for a buffer of nbytes: GB/s counting bytes read plus bytes written."""
+    nbytes = max(16, (int(nbytes) // 16) * 16)
+    fn = copy_callable(timer.device, nbytes)
+    m = timer.measure(fn, mode)
+    return 2 * nbytes / (m.stats.median_us * 1e-6) / 1e9, m

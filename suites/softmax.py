@@ -1,0 +1,69 @@
+"""Row softmax over the last dimension: OneFlow's benchmark.
+
+Half precision, 49152 rows (32 x 12 x 128: BERT-base attention scores) and row lengths from 32 to
+32768. A softmax reads x once and writes y once, so its speed of light is a same-size copy; the naive
+five-kernel version moves at least four times those bytes and cannot get past a quarter of it.
+"""
+
+import torch
+
+from bwbench.suite import Skip, Suite, Traffic, pow2
+
+suite = Suite(
+    "softmax",
+    "y = softmax(x, dim=-1) for x of shape (rows, cols)",
+    axes={"rows": [49152], "cols": pow2(32, 32768)},
+    dtypes=["float16", "bfloat16", "float32"],
+    quick={"rows": [4096], "cols": [32, 1024, 32768]},
+    x_axis="cols",
+)
+
+
+@suite.inputs
+def inputs(case, gen):
+    return {"x": torch.randn(case.rows, case.cols, generator=gen, device=gen.device, dtype=case.torch_dtype)}
+
+
+@suite.reference
+def reference(x):
+    return torch.softmax(x.double(), dim=-1)
+
+
+@suite.traffic
+def traffic(case):
+    size = case.rows * case.cols * case.itemsize
+    return Traffic(read=size, write=size)
+
+
+@suite.impl("naive", kind="naive")
+def naive(case):
+    """Five kernels: ReduceMax, BroadcastSub, Exp, ReduceSum, BroadcastDiv (float32 in between)."""
+    from bwbench.cuda import softmax as kernels
+
+    kernels.load_naive()
+    return kernels.naive_softmax
+
+
+@suite.impl("cudnn", kind="cudnn")
+def cudnn(case):
+    """cudnnSoftmaxForward, ACCURATE algorithm, INSTANCE mode."""
+    from bwbench.cuda.cudnn import CudnnSoftmax, CudnnUnavailable
+
+    try:
+        softmax = CudnnSoftmax(case.rows, case.cols, case.torch_dtype, algorithm="accurate")
+    except CudnnUnavailable as err:
+        raise Skip(f"cuDNN: {err}") from None
+    return softmax.forward
+
+
+@suite.impl("torch", kind="torch")
+def eager(case):
+    """torch.softmax in eager mode."""
+    return lambda x: torch.softmax(x, dim=-1)
+
+
+@suite.impl("compiled", kind="compiled")
+def compiled(case):
+    """torch.compile(dynamic=False) of torch.softmax: Triton, compiled once per shape."""
+    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
+    return torch.compile(lambda x: torch.softmax(x, dim=-1), dynamic=False)
