@@ -1,0 +1,91 @@
+"""The command line as a user meets it: help, listing, and clear errors with exit code 2."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from bwbench.cli import app, parse_axis_args, parse_size, UsageError
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_help_explains_every_command():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("run", "list", "info", "report"):
+        assert command in result.output
+    run_help = invoke("run", "--help").output
+    for option in ("--dtype", "--impl", "--quick", "--timing", "--cols", "--axis", "--out"):
+        assert option in run_help
+
+
+def test_list_shows_the_softmax_suite():
+    result = invoke("list")
+    assert result.exit_code == 0
+    assert "softmax" in result.output and "naive" in result.output and "cudnn" in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (("run", "nope"), "no suite named 'nope'; suites: softmax"),
+    (("run", "softmax", "--impl", "fast"), "valid: naive, cudnn, torch, compiled"),
+    (("run", "softmax", "--dtype", "int8"), "valid: float16, bfloat16, float32"),
+    (("run", "softmax", "--depth", "3"), "no axis 'depth'; axes: rows, cols"),
+    (("run", "softmax", "--cols", "wide"), "cannot read 'wide'"),
+    (("run", "softmax", "--cols"), "--cols needs values"),
+    (("run", "softmax", "--timing", "lukewarm"), "--timing must be one of cold, hot"),
+    (("run", "softmax", "--copy-size", "lots"), "cannot read 'lots' as a size"),
+    (("report", "missing.json"), "does not exist"),
+])
+def test_bad_input_is_a_message_and_exit_code_2(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_run_without_a_gpu_says_so(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = invoke("run", "softmax", "--quick")
+    assert result.exit_code == 2
+    assert "no CUDA GPU is available" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert invoke("info").exit_code == 2
+
+
+def test_axis_arguments_in_every_spelling():
+    assert parse_axis_args(["--cols", "1024,4096", "--rows=7"], ["dtype_axis=a,b"]) == {
+        "dtype_axis": ["a", "b"], "cols": ["1024", "4096"], "rows": ["7"]}
+    assert parse_axis_args(["--shape", "2x3;4x5"], []) == {"shape": ["2x3", "4x5"]}
+    with pytest.raises(UsageError):
+        parse_axis_args(["cols"], [])
+    with pytest.raises(UsageError):
+        parse_axis_args([], ["cols"])
+
+
+@pytest.mark.parametrize("text,expected", [("4GB", 4_000_000_000), ("512MiB", 512 * 2**20), ("1e9", 10**9), ("100", 100)])
+def test_sizes(text, expected):
+    assert parse_size(text) == expected
+
+
+def test_report_command_builds_html_from_a_results_file(tmp_path):
+    from test_results import document, record
+
+    from bwbench.results import ResultsWriter
+
+    doc = document()
+    doc.records = [record("torch"), record("naive", status="failed")]
+    path = tmp_path / "run.json"
+    ResultsWriter(path, doc).finish()
+    result = invoke("report", str(path), "-o", str(tmp_path / "out.html"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.html").stat().st_size > 100_000, "plotly.js is inlined"
+    not_results = tmp_path / "other.json"
+    not_results.write_text(json.dumps({"hello": 1}))
+    assert invoke("report", str(not_results)).exit_code == 2

@@ -1,0 +1,127 @@
+import pytest
+
+from bwbench.discovery import BrokenSuite, discover, get_suite
+from bwbench.suite import (Case, SelectionError, Suite, SuiteDefinitionError, Traffic, format_value,
+                           parse_like, pow2)
+
+
+def make_suite(**kw):
+    suite = Suite("demo", "a demo", axes={"rows": [8, 16], "cols": [32, 64, 128]},
+                  dtypes=["float16", "float32"], quick={"cols": [32]}, **kw)
+    suite.inputs(lambda case, gen: {})
+    suite.reference(lambda **inputs: None)
+    suite.traffic(lambda case: Traffic(case.rows * case.cols * case.itemsize, case.rows * case.cols * case.itemsize))
+
+    @suite.impl("a", kind="torch")
+    def a(case):
+        """First implementation."""
+        return lambda: None
+
+    @suite.impl("b", kind="naive", unsupported=lambda case: "too wide" if case.cols > 64 else None)
+    def b(case):
+        return lambda: None
+
+    return suite
+
+
+def test_pow2():
+    assert pow2(32, 32768) == [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    assert pow2(3, 9) == [4, 8]
+    with pytest.raises(SuiteDefinitionError):
+        pow2(10, 1)
+
+
+def test_sweep_is_the_cartesian_product_in_order():
+    cases = make_suite().cases()
+    assert [c.id for c in cases] == ["rows=8,cols=32", "rows=8,cols=64", "rows=8,cols=128",
+                                     "rows=16,cols=32", "rows=16,cols=64", "rows=16,cols=128"]
+    assert {c.dtype for c in cases} == {"float16"}, "only the default dtype unless asked"
+
+
+def test_filters_dtypes_axes_and_quick():
+    suite = make_suite()
+    assert len(suite.cases(dtypes=["float16", "float32"])) == 12
+    cases = suite.cases(axis_values={"cols": [1000]})
+    assert [(c.rows, c.cols) for c in cases] == [(8, 1000), (16, 1000)]
+    assert [c.cols for c in suite.cases(quick=True)] == [32, 32]
+    with pytest.raises(SelectionError, match="no axis 'depth'; axes: rows, cols"):
+        suite.cases(axis_values={"depth": [1]})
+    with pytest.raises(SelectionError, match="valid: float16, float32"):
+        suite.cases(dtypes=["int8"])
+
+
+def test_parse_axis_values_follows_the_declared_type():
+    suite = make_suite()
+    assert suite.parse_axis_values("cols", ["1024", "4097"]) == [1024, 4097]
+    assert parse_like("32x2048x2048", (1, 2, 3)) == (32, 2048, 2048)
+    assert parse_like("0,2,1", (0, 1, 2)) == (0, 2, 1)
+    assert format_value((32, 2048)) == "32x2048"
+    with pytest.raises(SelectionError, match="cannot read 'wide'"):
+        suite.parse_axis_values("cols", ["wide"])
+
+
+def test_implementation_selection_and_skip_reasons():
+    suite = make_suite()
+    assert [i.name for i in suite.select_impls(None)] == ["a", "b"]
+    assert [i.name for i in suite.select_impls(["b"])] == ["b"]
+    with pytest.raises(SelectionError, match="valid: a, b"):
+        suite.select_impls(["c"])
+    b = suite.implementations["b"]
+    assert b.skip_reason(Case("demo", {"rows": 8, "cols": 128}, "float16")) == "too wide"
+    assert b.skip_reason(Case("demo", {"rows": 8, "cols": 64}, "float16")) is None
+    assert suite.implementations["a"].description == "First implementation."
+
+
+def test_bad_definitions_are_refused():
+    with pytest.raises(SuiteDefinitionError):
+        Suite("x", "", axes={})
+    with pytest.raises(SuiteDefinitionError):
+        Suite("x", "", axes={"n": [1]}, dtypes=["float8"])
+    suite = make_suite()
+    with pytest.raises(SuiteDefinitionError, match="kind"):
+        suite.impl("c", kind="magic")
+    with pytest.raises(SuiteDefinitionError, match="taken"):
+        suite.impl("copy", kind="torch")
+    incomplete = Suite("y", "", axes={"n": [1]})
+    with pytest.raises(SuiteDefinitionError, match="inputs, reference, traffic"):
+        incomplete.check_complete()
+
+
+def test_case_attributes():
+    case = Case("demo", {"rows": 8, "cols": 33}, "bfloat16")
+    assert (case.rows, case.cols, case.itemsize, case.id) == (8, 33, 2, "rows=8,cols=33")
+    assert str(case) == "demo[rows=8,cols=33, bfloat16]"
+    with pytest.raises(AttributeError):
+        case.depth
+
+
+def test_softmax_suite_is_discovered_with_its_default_sweep():
+    suite = get_suite("softmax")
+    cases = suite.cases()
+    assert [c.cols for c in cases] == pow2(32, 32768)
+    assert {c.rows for c in cases} == {49152} and {c.dtype for c in cases} == {"float16"}
+    assert set(suite.implementations) == {"naive", "cudnn", "torch", "compiled"}
+    assert {i.kind for i in suite.implementations.values()} == {"naive", "cudnn", "torch", "compiled"}
+
+
+@pytest.mark.parametrize("rows,cols,dtype,expected", [
+    (49152, 1024, "float16", 2 * 49152 * 1024 * 2),
+    (3, 33, "float32", 2 * 3 * 33 * 4),
+    (1, 1, "bfloat16", 4),
+])
+def test_softmax_bytes_are_one_read_and_one_write(rows, cols, dtype, expected):
+    suite = get_suite("softmax")
+    traffic = suite.compute_traffic(Case("softmax", {"rows": rows, "cols": cols}, dtype))
+    assert traffic.read == traffic.write and traffic.total == expected
+
+
+def test_broken_suite_files_are_listed_not_hidden(tmp_path):
+    (tmp_path / "good.py").write_text(
+        "from bwbench.suite import Suite\nsuite = Suite('good', 'ok', axes={'n': [1]})\n")
+    (tmp_path / "bad.py").write_text("raise ImportError('needs a thing')\n")
+    (tmp_path / "_helper.py").write_text("x = 1\n")
+    found = discover(tmp_path)
+    assert set(found) == {"good", "bad"}
+    assert isinstance(found["bad"], BrokenSuite) and "needs a thing" in found["bad"].error
+    with pytest.raises(SelectionError, match="could not be loaded"):
+        get_suite("bad", tmp_path)
