@@ -116,7 +116,7 @@ def run(
     quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
     timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
-    noise: float = typer.Option(0.005, "--noise", help="Stop sampling once the relative standard deviation of the samples is below this."),
+    noise: float = typer.Option(0.002, "--noise", help="Stop sampling once the median's relative standard error is below this (after --min-samples)."),
     min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (each case gets seed + its number)."),
     out: Path = typer.Option(Path("reports"), "--out", "-o", help="Folder for the results JSON, CSV and HTML report."),
@@ -152,7 +152,7 @@ def run(
     code = _guard(lambda: _run_measured(
         chosen, impls, cases, copy_bytes,
         RunSettings(timing=timing, seed=seed),
-        SamplingPolicy(min_samples=min_samples, max_noise=noise, max_seconds=max_time),
+        SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time),
         out, name, report, gpu,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,

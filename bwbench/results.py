@@ -153,7 +153,7 @@ def read_document(path: str | os.PathLike) -> RunDocument:
         raise ValueError(f"{path}: malformed record ({err})") from None
 
 
-STAT_COLUMNS = ("count", "min_us", "p10_us", "median_us", "p90_us", "max_us", "mean_us", "stdev_us", "noise", "converged")
+STAT_COLUMNS = ("count", "min_us", "p10_us", "median_us", "p90_us", "max_us", "mean_us", "stdev_us", "noise", "median_error", "converged")
 
 
 def to_frame(document: RunDocument, source: str | None = None):

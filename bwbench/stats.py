@@ -24,9 +24,13 @@ class Stats:
     mean_us: float
     stdev_us: float
     noise: float
-    """Relative standard deviation of the samples (stdev / mean), as nvbench reports it."""
+    """Robust relative spread of the samples: (p90 - p10) / (2.563 * median), which equals
+    stdev / mean for normal noise but is not blown up by a few launch-latency outliers."""
+    median_error: float
+    """Relative standard error of the median (1.2533 * noise / sqrt(count)): how well the headline
+    number is pinned down. Sampling stops once this settles below the target."""
     converged: bool
-    """True when sampling stopped because the noise settled, False when it hit a time or count cap."""
+    """True when sampling stopped because the median settled, False when it hit a time or count cap."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -45,11 +49,26 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return float(sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac)
 
 
+P10_P90_SIGMAS = 2.5631
+"""Width of the 10th-90th percentile interval of a normal distribution, in standard deviations."""
+
+
 def relative_noise(samples: Sequence[float]) -> float:
+    """Robust relative spread; infinite with fewer than two samples."""
     if len(samples) < 2:
         return math.inf
-    mean = statistics.fmean(samples)
-    return statistics.stdev(samples) / mean if mean > 0 else math.inf
+    ordered = sorted(samples)
+    median = percentile(ordered, 50)
+    if median <= 0:
+        return math.inf
+    return (percentile(ordered, 90) - percentile(ordered, 10)) / (P10_P90_SIGMAS * median)
+
+
+def median_error(samples: Sequence[float]) -> float:
+    """Relative standard error of the median, from the robust spread."""
+    if len(samples) < 2:
+        return math.inf
+    return 1.2533 * relative_noise(samples) / math.sqrt(len(samples))
 
 
 def summarize(samples_us: Sequence[float], converged: bool) -> Stats:
@@ -66,25 +85,27 @@ def summarize(samples_us: Sequence[float], converged: bool) -> Stats:
         mean_us=statistics.fmean(ordered),
         stdev_us=statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
         noise=relative_noise(ordered) if len(ordered) > 1 else 0.0,
+        median_error=median_error(ordered) if len(ordered) > 1 else 0.0,
         converged=converged,
     )
 
 
 @dataclass(frozen=True)
 class SamplingPolicy:
-    """When to stop taking samples: the noise settles below `max_noise` after `min_samples`, or
-    `max_seconds` of wall time or `max_samples` samples are spent (then the result is not converged)."""
+    """When to stop taking samples: the median's relative standard error settles below
+    `max_median_error` after `min_samples`, or `max_seconds` of wall time or `max_samples` samples
+    are spent (then the result is recorded as not converged)."""
 
     min_samples: int = 20
     max_samples: int = 2000
-    max_noise: float = 0.005
+    max_median_error: float = 0.002
     max_seconds: float = 1.0
     batch: int = 10
 
     def done(self, samples: Sequence[float], elapsed_s: float) -> tuple[bool, bool]:
         """(stop, converged) after these samples and this much wall time."""
         n = len(samples)
-        if n >= self.min_samples and relative_noise(samples) <= self.max_noise:
+        if n >= self.min_samples and median_error(samples) <= self.max_median_error:
             return True, True
         if n >= self.max_samples or (elapsed_s >= self.max_seconds and n >= min(self.min_samples, 5)):
             return True, False

@@ -2,8 +2,8 @@
 
 Cold is the default because a memory-bound kernel's honest bandwidth is the DRAM's, not the L2's:
 before every sample a buffer twice the L2 size is read (a read leaves clean lines, so no write-back
-of the flush lands inside the timed region), then a short device-side sleep keeps the GPU busy
-while the host enqueues the implementation, so launch overhead on the host is not timed as idle GPU.
+of the flush lands inside the timed region), then a device-side sleep keeps the GPU busy while the
+host enqueues the implementation, so launch overhead on the host is not timed as idle GPU.
 Only the implementation sits between the two events.
 """
 
@@ -17,8 +17,11 @@ from .stats import SamplingPolicy, Stats, summarize
 
 TIMING_MODES = ("cold", "hot")
 
-HIDE_LAUNCH_US = 40.0
-"""Device-side sleep before each cold sample, long enough to cover the host's launch overhead."""
+MIN_HIDE_LAUNCH_US = 20.0
+MAX_HIDE_LAUNCH_US = 5000.0
+"""Bounds of the device-side sleep before each cold sample. Within them the sleep is twice the
+implementation's measured host-side launch cost, so the GPU never waits on the host inside the
+timed region (torch.compile guards or a chain of launches can take tens of microseconds)."""
 
 HOT_GRAPH_TARGET_US = 2000.0
 """A hot sample replays enough launches in one graph to run for about this long."""
@@ -46,22 +49,32 @@ class Timer:
         flush_bytes = max(2 * int(l2_bytes), 64 << 20)
         self._flush_src = torch.ones(flush_bytes // 4, dtype=torch.float32, device=device)
         self._flush_out = torch.empty((), dtype=torch.float32, device=device)
-        self._sleep_cycles = int(HIDE_LAUNCH_US * (sm_clock_mhz or 1500.0))
+        self._cycles_per_us = sm_clock_mhz or 1500.0
 
     # --- cold --------------------------------------------------------------------------
     def flush_l2(self) -> None:
         self.torch.sum(self._flush_src, dim=0, out=self._flush_out)
 
-    def _hide_launch(self) -> None:
+    def _host_launch_us(self, fn: Callable[[], Any], calls: int = 5) -> float:
+        """Host time to enqueue one call (no synchronisation inside the loop)."""
+        began = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host_us = (time.perf_counter() - began) * 1e6 / calls
+        self.torch.cuda.synchronize(self.device)
+        return host_us
+
+    def _hide_launch(self, sleep_us: float) -> None:
         sleep = getattr(self.torch.cuda, "_sleep", None)
         if sleep is not None:
-            sleep(self._sleep_cycles)
+            sleep(int(sleep_us * self._cycles_per_us))
 
     def cold(self, fn: Callable[[], Any], policy: SamplingPolicy | None = None) -> Measurement:
         policy = policy or self.policy
         torch = self.torch
         fn()  # warm-up: lazy initialisation, allocator growth, autotuning caches
         torch.cuda.synchronize(self.device)
+        sleep_us = min(MAX_HIDE_LAUNCH_US, max(MIN_HIDE_LAUNCH_US, 2.0 * self._host_launch_us(fn)))
         samples: list[float] = []
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(policy.batch)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(policy.batch)]
@@ -69,7 +82,7 @@ class Timer:
         while True:
             for start, end in zip(starts, ends):
                 self.flush_l2()
-                self._hide_launch()
+                self._hide_launch(sleep_us)
                 start.record()
                 fn()
                 end.record()

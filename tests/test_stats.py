@@ -16,7 +16,8 @@ def test_summary_of_known_samples():
     s = summarize([10.0, 12.0, 11.0, 13.0, 14.0], converged=True)
     assert (s.count, s.min_us, s.median_us, s.max_us, s.mean_us) == (5, 10.0, 12.0, 14.0, 12.0)
     assert s.stdev_us == pytest.approx(math.sqrt(2.5))
-    assert s.noise == pytest.approx(math.sqrt(2.5) / 12.0)
+    assert s.noise == pytest.approx((13.6 - 10.4) / (2.5631 * 12.0))
+    assert s.median_error == pytest.approx(1.2533 * s.noise / math.sqrt(5))
     assert s.p10_us == pytest.approx(10.4) and s.p90_us == pytest.approx(13.6)
     assert s.converged
 
@@ -29,15 +30,21 @@ def test_one_sample_and_no_samples():
     assert relative_noise([1.0]) == math.inf
 
 
-def test_sampling_stops_when_noise_settles():
-    policy = SamplingPolicy(min_samples=10, max_noise=0.01, max_seconds=5.0)
+def test_robust_noise_ignores_a_few_outliers_but_not_a_wide_spread():
+    steady = [100.0] * 45 + [100.5] * 45 + [900.0] * 4
+    assert relative_noise(steady) < 0.003
+    assert relative_noise([100.0, 200.0] * 20) > 0.25
+
+
+def test_sampling_stops_when_the_median_settles():
+    policy = SamplingPolicy(min_samples=10, max_median_error=0.01, max_seconds=5.0)
     quiet = [100.0 + 0.1 * (i % 3) for i in range(10)]
     assert policy.done(quiet[:9], 0.1) == (False, False), "never before min_samples"
     assert policy.done(quiet, 0.1) == (True, True)
 
 
 def test_sampling_stops_at_the_time_or_count_cap_unconverged():
-    policy = SamplingPolicy(min_samples=10, max_samples=50, max_noise=0.001, max_seconds=1.0)
+    policy = SamplingPolicy(min_samples=10, max_samples=50, max_median_error=0.001, max_seconds=1.0)
     noisy = [100.0, 150.0] * 10
     assert policy.done(noisy, 0.5) == (False, False)
     assert policy.done(noisy, 1.5) == (True, False)
