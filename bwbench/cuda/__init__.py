@@ -1,0 +1,1 @@
+"""CUDA kernels of this project (kernels/*.cu) compiled with CuPy, and the cuDNN baseline through ctypes."""

@@ -1,0 +1,152 @@
+// Shared device helpers for bwbench kernels: storage types, float conversion, packed vectors and
+// warp/block reductions.
+//
+// This header includes nothing on purpose. The kernels are compiled at run time by NVRTC through
+// CuPy, and the include paths NVRTC is given differ between cupy-cuda12x and cupy-cuda13x builds
+// (cuda_fp16.h, cuda_bf16.h and <cstdint> are not always found). Everything here relies only on
+// what NVRTC and nvcc both provide with no header at all: built-in types and device functions, and
+// inline PTX. Keep it that way; tests/test_kernels_compile.py compiles every kernel with nvcc (and
+// with NVRTC where it is installed).
+#pragma once
+
+// <cstdint> is not reliably available under NVRTC.
+typedef long long i64;
+
+// 16-bit storage types. Only the bit pattern lives in memory; all arithmetic is done in float, so
+// they need no operators. They sit at global scope so that CuPy name expressions read
+// `kernel<half_t>`.
+struct alignas(2) half_t {
+    unsigned short bits;
+};
+struct alignas(2) bf16_t {
+    unsigned short bits;
+};
+
+namespace bw {
+
+// ---------------------------------------------------------------------------------------------
+// Conversions. Widening is exact for both 16-bit formats; narrowing rounds to nearest even, as
+// PyTorch does, so a kernel whose float math matches the reference rounds to the same value.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+__device__ __forceinline__ float to_float(half_t v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+
+__device__ __forceinline__ float to_float(bf16_t v) {
+    // bfloat16 is the upper half of a float32, so widening is a shift.
+    return __uint_as_float(static_cast<unsigned int>(v.bits) << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float f);
+
+template <>
+__device__ __forceinline__ float from_float<float>(float f) {
+    return f;
+}
+
+template <>
+__device__ __forceinline__ half_t from_float<half_t>(float f) {
+    half_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+    return h;
+}
+
+template <>
+__device__ __forceinline__ bf16_t from_float<bf16_t>(float f) {
+    bf16_t b;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.bits) : "f"(f));
+#else
+    // No bf16 cvt before sm_80: round to nearest even by hand, and keep a NaN a (quiet) NaN
+    // instead of letting the rounding carry turn it into infinity.
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        b.bits = static_cast<unsigned short>((u >> 16) | 0x0040u);
+    } else {
+        u += 0x7fffu + ((u >> 16) & 1u);
+        b.bits = static_cast<unsigned short>(u >> 16);
+    }
+#endif
+    return b;
+}
+
+// -infinity without <cmath>'s INFINITY, which NVRTC does not always define.
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// ---------------------------------------------------------------------------------------------
+// Packed vectors: N elements moved as one access of sizeof(T) * N bytes (16 for the widest,
+// ld.global.v4 / st.global.v4). The alignment is what lets the compiler emit the wide access, so
+// only reinterpret pointers whose address is a multiple of sizeof(Pack<T, N>).
+// ---------------------------------------------------------------------------------------------
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+    static_assert(N > 0 && ((sizeof(T) * N) & (sizeof(T) * N - 1)) == 0 && sizeof(T) * N <= 16,
+                  "a Pack must be 1, 2, 4, 8 or 16 bytes");
+    T v[N];
+};
+
+// Elements of T in one 16-byte access.
+template <typename T>
+struct Pack16 {
+    static constexpr int size = 16 / sizeof(T);
+    typedef Pack<T, size> type;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reductions, always in float (the storage type is converted first, so half and bfloat16 rows
+// lose nothing while being reduced).
+// ---------------------------------------------------------------------------------------------
+
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+    __device__ __forceinline__ static float identity() { return 0.0f; }
+};
+
+// fmaxf ignores a NaN operand; a NaN in a row still reaches the output through exp and the sum.
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+    __device__ __forceinline__ static float identity() { return neg_inf(); }
+};
+
+// Butterfly all-reduce within aligned groups of Width lanes: every lane ends with its group's
+// result, so no broadcast is needed afterwards. All 32 lanes of the warp must call it (the shuffle
+// mask is the full warp even when Width < 32).
+template <typename Op, int Width = 32>
+__device__ __forceinline__ float warp_allreduce(float v) {
+    static_assert(Width >= 1 && Width <= 32 && (Width & (Width - 1)) == 0,
+                  "Width must be a power of two, at most 32");
+#pragma unroll
+    for (int mask = Width / 2; mask > 0; mask /= 2) {
+        v = Op()(v, __shfl_xor_sync(0xffffffffu, v, mask, Width));
+    }
+    return v;
+}
+
+// All-reduce over the whole block: every thread gets the result. blockDim.x must be a multiple of
+// 32 (at most 1024) and every thread must call it (it contains __syncthreads). Each warp reduces
+// the per-warp partials itself instead of waiting for warp 0 to broadcast them, which saves one
+// barrier; the trailing barrier lets the caller call it again straight away (the partials buffer
+// is static, one per Op).
+template <typename Op>
+__device__ __forceinline__ float block_allreduce(float v) {
+    __shared__ float partials[32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    v = warp_allreduce<Op>(v);
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partials[lane] : Op::identity();
+    v = warp_allreduce<Op>(v);
+    __syncthreads();
+    return v;
+}
+
+}  // namespace bw
