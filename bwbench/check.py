@@ -6,7 +6,7 @@ multi-gigabyte output never needs a full-size float64 temporary next to the refe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from .results import Check
 from .suite import Tolerance
@@ -32,16 +32,21 @@ def poison_allocator(reference: Any, dtype) -> None:
     del blocks
 
 
-def compare(outputs: Any, reference: Any, tol: Tolerance) -> Check:
-    """Element-wise |out - ref| <= atol + rtol * |ref| on every output; NaN or Inf never passes."""
+def compare(outputs: Any, reference: Any, tolerance: Tolerance | Sequence[Tolerance]) -> Check:
+    """Element-wise |out - ref| <= atol + rtol * |ref| on every output; NaN or Inf never passes.
+    `tolerance` is one Tolerance for all outputs or one per output (y in half, statistics in float)."""
     import torch
 
     outs, refs = as_tuple(outputs), as_tuple(reference)
+    tols = tuple(tolerance) if isinstance(tolerance, (tuple, list)) else (tolerance,) * len(refs)
+    tol = tols[0]
     if len(outs) != len(refs):
         return Check(False, message=f"returned {len(outs)} outputs, the reference has {len(refs)}",
                      rtol=tol.rtol, atol=tol.atol)
+    if len(tols) != len(refs):
+        raise ValueError(f"{len(tols)} tolerances for {len(refs)} outputs")
     max_abs, max_rel, worst = 0.0, 0.0, None
-    for n, (out, ref) in enumerate(zip(outs, refs)):
+    for n, (out, ref, tol) in enumerate(zip(outs, refs, tols)):
         if not isinstance(out, torch.Tensor):
             return Check(False, message=f"output {n} is a {type(out).__name__}, not a tensor", rtol=tol.rtol, atol=tol.atol)
         if tuple(out.shape) != tuple(ref.shape):
@@ -69,5 +74,5 @@ def compare(outputs: Any, reference: Any, tol: Tolerance) -> Check:
                            f"{float(r[index - begin])!r} (allowed error {float(bound[index - begin]):.3g})")
                 first_failure = message
     if worst is not None:
-        return Check(False, max_abs, max_rel, worst, tol.rtol, tol.atol, first_failure)
-    return Check(True, max_abs, max_rel, None, tol.rtol, tol.atol)
+        return Check(False, max_abs, max_rel, worst, tols[0].rtol, tols[0].atol, first_failure)
+    return Check(True, max_abs, max_rel, None, tols[0].rtol, tols[0].atol)

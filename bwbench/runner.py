@@ -97,7 +97,7 @@ class Runner:
         copy_gbps = copy_record.gbps
         for impl, fn, check in passed:
             self.on_step(f"{case} time {impl.name}")
-            records.append(self._time_impl(case, impl, fn, inputs, check, traffic, copy_gbps))
+            records.append(self._time_impl(case, impl, fn, inputs, check, suite.traffic_of(impl, case), copy_gbps))
         after = self.telemetry.sample() if self.telemetry else {}
         if self.telemetry:
             window = summarize_window(before, after)
@@ -112,8 +112,8 @@ class Runner:
     def _build_and_check(self, suite: Suite, case: Case, impl: Implementation, inputs: dict, reference):
         reason = impl.skip_reason(case)
         if reason:
-            return self._record(case, impl.name, impl.kind, "skipped", suite.compute_traffic(case), reason)
-        traffic = suite.compute_traffic(case)
+            return self._record(case, impl.name, impl.kind, "skipped", suite.traffic_of(impl, case), reason)
+        traffic = suite.traffic_of(impl, case)
         try:
             fn = impl.build(case)
         except Skip as err:

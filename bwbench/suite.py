@@ -102,7 +102,9 @@ class Implementation:
     `build(case)` does everything that must stay out of the timing (compiling, descriptors,
     torch.compile) and returns the callable that is checked and timed: it takes the inputs as
     keyword arguments and returns the output tensor (or a tuple of them).
-    `unsupported(case)` returns a reason to skip the case, or None.
+    `unsupported(case)` returns a reason to skip the case, or None. `traffic(case)`, where given,
+    replaces the suite's byte model for this implementation (a bitmask moves fewer bytes than a
+    byte mask: each is judged against a copy of its own bytes).
     """
 
     name: str
@@ -110,6 +112,7 @@ class Implementation:
     build: Callable[[Case], Callable[..., Any]]
     description: str = ""
     unsupported: Callable[[Case], str | None] | None = None
+    traffic: Callable[[Case], "Traffic"] | None = None
 
     def skip_reason(self, case: Case) -> str | None:
         return self.unsupported(case) if self.unsupported else None
@@ -160,13 +163,24 @@ class Suite:
     default_dtypes: Sequence[str] | None = None
     quick: dict[str, list[Any]] = field(default_factory=dict)
     x_axis: str | None = None
-    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    points: list[dict[str, Any]] | None = None
+    """Explicit sweep points where the axes are not a cartesian product (a permutation only fits
+    shapes of its rank). `axes` then lists each axis's values in order of first appearance."""
+    tolerances: dict[str, Tolerance | tuple[Tolerance, ...]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    """Per dtype: one Tolerance for every output, or a tuple with one per output."""
     implementations: dict[str, Implementation] = field(default_factory=dict)
     make_inputs: Callable[[Case, Any], dict[str, Any]] | None = None
     compute_reference: Callable[..., Any] | None = None
     compute_traffic: Callable[[Case], Traffic] | None = None
 
     def __post_init__(self) -> None:
+        if self.points is not None:
+            if not self.points:
+                raise SuiteDefinitionError(f"suite {self.name!r} declares an empty list of points")
+            names = list(self.points[0])
+            if any(list(p) != names for p in self.points):
+                raise SuiteDefinitionError(f"suite {self.name!r}: every point must name the axes {names} in order")
+            self.axes = {n: list(dict.fromkeys(p[n] for p in self.points)) for n in names}
         if not self.axes:
             raise SuiteDefinitionError(f"suite {self.name!r} declares no axes")
         for axis, values in self.axes.items():
@@ -197,7 +211,8 @@ class Suite:
         return fn
 
     def impl(self, name: str, kind: str, description: str = "",
-             unsupported: Callable[[Case], str | None] | None = None):
+             unsupported: Callable[[Case], str | None] | None = None,
+             traffic: Callable[[Case], Traffic] | None = None):
         if kind not in IMPLEMENTATION_KINDS:
             raise SuiteDefinitionError(f"implementation {name!r}: kind {kind!r} is not one of {IMPLEMENTATION_KINDS}")
         if name == COPY_IMPL or name in self.implementations:
@@ -205,7 +220,7 @@ class Suite:
 
         def register(build: Callable[[Case], Callable[..., Any]]):
             text = description or (build.__doc__ or "").strip().split("\n")[0]
-            self.implementations[name] = Implementation(name, kind, build, text, unsupported)
+            self.implementations[name] = Implementation(name, kind, build, text, unsupported, traffic)
             return build
 
         return register
@@ -219,8 +234,11 @@ class Suite:
         if not self.implementations:
             raise SuiteDefinitionError(f"suite {self.name!r} has no implementations")
 
-    def tolerance(self, dtype: str) -> Tolerance:
+    def tolerance(self, dtype: str) -> Tolerance | tuple[Tolerance, ...]:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
+
+    def traffic_of(self, impl: Implementation, case: Case) -> Traffic:
+        return impl.traffic(case) if impl.traffic else self.compute_traffic(case)
 
     def select_impls(self, names: Iterable[str] | None) -> list[Implementation]:
         if not names:
@@ -259,7 +277,10 @@ class Suite:
 
     def cases(self, dtypes: Iterable[str] | None = None, axis_values: Mapping[str, list[Any]] | None = None,
               quick: bool = False) -> list[Case]:
-        """The sweep: the cartesian product of the axes (quick values and user values replacing them)."""
+        """The sweep: the cartesian product of the axes (quick values and user values replacing them),
+        or, for a suite of explicit points, the points matching the user's values."""
+        if self.points is not None:
+            return self._point_cases(dtypes, axis_values or {}, quick)
         axes = dict(self.axes)
         if quick:
             axes.update(self.quick)
@@ -272,6 +293,24 @@ class Suite:
         return [Case(self.name, dict(zip(names, combo)), dtype)
                 for dtype in chosen_dtypes
                 for combo in itertools.product(*(axes[n] for n in names))]
+
+    def _point_cases(self, dtypes, axis_values: Mapping[str, list[Any]], quick: bool) -> list[Case]:
+        for axis in axis_values:
+            if axis not in self.axes:
+                raise SelectionError(f"suite {self.name!r} has no axis {axis!r}; axes: {', '.join(self.axes)}")
+        names = list(self.axes)
+        if axis_values and set(axis_values) == set(names):
+            points = [dict(zip(names, combo)) for combo in itertools.product(*(axis_values[n] for n in names))]
+        else:
+            points = [p for p in self.points if all(p[a] in vals for a, vals in axis_values.items())]
+            if quick and self.quick:
+                points = [p for p in points if all(p[a] in vals for a, vals in self.quick.items())]
+            if not points:
+                wanted = ", ".join(f"--{a} {','.join(map(format_value, v))}" for a, v in axis_values.items())
+                raise SelectionError(f"no case of suite {self.name!r} matches {wanted}; give every axis "
+                                     f"({', '.join('--' + n for n in names)}) to run a case of your own")
+        chosen_dtypes = self.select_dtypes(dtypes)
+        return [Case(self.name, dict(p), dtype) for dtype in chosen_dtypes for p in points]
 
     def describe(self) -> dict[str, Any]:
         """What the results file records about the suite, so reports need not import it."""

@@ -55,3 +55,14 @@ def test_comparison_is_chunked_without_changing_the_answer(monkeypatch):
     monkeypatch.setattr(check_module, "CHUNK_ELEMENTS", 100)
     chunked = compare(out, ref, DEFAULT_TOLERANCES["float16"])
     assert (whole.passed, whole.worst_index, whole.max_abs_err) == (chunked.passed, chunked.worst_index, chunked.max_abs_err)
+
+
+def test_one_tolerance_per_output():
+    y, ref_y = softmax_pair(torch.float16)
+    stats = torch.randn(64, dtype=torch.float64)
+    loose_stats = stats.float() * (1 + 1e-4)
+    tols = (DEFAULT_TOLERANCES["float16"], Tolerance(rtol=1e-5, atol=0))
+    assert not compare((y, loose_stats), (ref_y, stats), tols).passed, "statistics held to 1e-5"
+    assert compare((y, stats.float()), (ref_y, stats), tols).passed
+    with pytest.raises(ValueError):
+        compare((y, stats), (ref_y, stats), tols[:1])

@@ -125,3 +125,41 @@ def test_broken_suite_files_are_listed_not_hidden(tmp_path):
     assert isinstance(found["bad"], BrokenSuite) and "needs a thing" in found["bad"].error
     with pytest.raises(SelectionError, match="could not be loaded"):
         get_suite("bad", tmp_path)
+
+
+def point_suite():
+    suite = Suite("perm", "permute", axes={}, points=[
+        {"shape": (4, 8, 16), "perm": (0, 2, 1)},
+        {"shape": (4, 8, 16), "perm": (1, 0, 2)},
+        {"shape": (2, 3, 4, 5), "perm": (2, 3, 0, 1)},
+    ], dtypes=["float32", "int8"], quick={"shape": [(4, 8, 16)]})
+    return suite
+
+
+def test_explicit_points_are_not_a_cartesian_product():
+    suite = point_suite()
+    assert suite.axes == {"shape": [(4, 8, 16), (2, 3, 4, 5)], "perm": [(0, 2, 1), (1, 0, 2), (2, 3, 0, 1)]}
+    assert [c.id for c in suite.cases()] == ["shape=4x8x16,perm=0x2x1", "shape=4x8x16,perm=1x0x2",
+                                             "shape=2x3x4x5,perm=2x3x0x1"]
+    assert len(suite.cases(quick=True)) == 2
+
+
+def test_points_filtered_by_some_axes_or_replaced_by_all():
+    suite = point_suite()
+    assert [c.perm for c in suite.cases(axis_values={"perm": [(0, 2, 1)]})] == [(0, 2, 1)]
+    mine = suite.cases(axis_values={"shape": [(32, 64, 64)], "perm": [(0, 2, 1)]})
+    assert [(c.shape, c.perm) for c in mine] == [((32, 64, 64), (0, 2, 1))]
+    with pytest.raises(SelectionError, match="give every axis"):
+        suite.cases(axis_values={"shape": [(9, 9)]})
+
+
+def test_an_implementation_may_declare_its_own_bytes():
+    suite = make_suite()
+
+    @suite.impl("bitmask", kind="cuda", traffic=lambda case: Traffic(1, 2))
+    def bitmask(case):
+        return lambda: None
+
+    case = suite.cases()[0]
+    assert suite.traffic_of(suite.implementations["bitmask"], case) == Traffic(1, 2)
+    assert suite.traffic_of(suite.implementations["a"], case) == suite.compute_traffic(case)
