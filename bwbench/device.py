@@ -1,7 +1,7 @@
 """Facts about the GPU a run measures: identity, software versions and the theoretical peak.
 
 The peak comes from NVML (2 x max memory clock x bus width / 8, the double data rate of HBM);
-the copy bandwidth is measured by the harness itself (see timing.measure_copy_bandwidth).
+the copy bandwidth is measured by the harness itself (see timing.measure_copy_ceiling).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class DeviceInfo:
     peak_note: str | None = None
     copy_gbps: float | None = None
     copy_bytes: int | None = None
+    copy_gbps_by_method: dict[str, float] | None = None
     bwbench_version: str = __version__
     git_commit: str | None = None
     host: str = field(default_factory=socket.gethostname)

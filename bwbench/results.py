@@ -55,6 +55,8 @@ class Record:
     pct_peak: float | None = None
     check: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None
+    """Implementation-specific details (the copy ceiling's method and each method's GB/s)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -163,7 +165,7 @@ def to_frame(document: RunDocument, source: str | None = None):
     env = document.environment
     rows = []
     for rec in document.records:
-        row = {k: v for k, v in rec.to_dict().items() if k not in ("params", "stats", "check", "telemetry")}
+        row = {k: v for k, v in rec.to_dict().items() if k not in ("params", "stats", "check", "telemetry", "extra")}
         row.update(rec.params)
         for col in STAT_COLUMNS:
             row[col] = (rec.stats or {}).get(col)

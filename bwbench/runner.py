@@ -12,7 +12,7 @@ from .check import compare, poison_allocator
 from .results import Record, ResultsWriter
 from .suite import COPY_IMPL, Case, Implementation, Skip, Suite, Traffic
 from .telemetry import Telemetry, summarize_window
-from .timing import Timer, copy_callable
+from .timing import Timer, measure_copy_ceiling
 
 
 @dataclass
@@ -148,15 +148,16 @@ class Runner:
     def _time_copy(self, case: Case, traffic: Traffic) -> Record:
         self.on_step(f"{case} time copy")
         try:
-            fn = copy_callable(self.device, traffic.total // 2)
-            m = self.timer.measure(fn, self.settings.timing)
-            del fn
+            ceiling = measure_copy_ceiling(self.timer, traffic.total // 2, self.settings.timing)
         except Exception as err:  # noqa: BLE001
             self._release()
             status = "skipped" if is_out_of_memory(err) else "failed"
             return self._record(case, COPY_IMPL, "ceiling", status, traffic, f"copy ceiling: {_short_error(err)}")
-        copy_bytes = 2 * max(16, (traffic.total // 2 // 16) * 16)
-        return self._timed_record(case, COPY_IMPL, "ceiling", m, Traffic(copy_bytes // 2, copy_bytes // 2), None, None)
+        record = self._timed_record(case, COPY_IMPL, "ceiling", ceiling.measurement,
+                                    Traffic(ceiling.nbytes, ceiling.nbytes), None, None)
+        record.extra = {"method": ceiling.method, "gbps_by_method": ceiling.gbps_by_method}
+        self.writer.flush()
+        return record
 
     def _time_impl(self, case: Case, impl: Implementation, fn, inputs: dict, check: dict,
                    traffic: Traffic, copy_gbps: float | None) -> Record:
