@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from .console import device_table, make_console, problems, summary_tables
+from .console import comparison_table, device_table, make_console, problems, summary_tables
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -88,6 +89,8 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
 def _guard(fn):
     """Turn the errors a user can cause into a message and an exit code instead of a traceback."""
     from .device import NoGpuError
+    from .gate import GateInputError
+    from .profile import ProfilerUnavailable
     from .suite import SelectionError, SuiteDefinitionError
 
     try:
@@ -98,6 +101,10 @@ def _guard(fn):
         fail(str(err))
     except SuiteDefinitionError as err:
         fail(f"broken suite definition: {err}")
+    except GateInputError as err:
+        fail(str(err))
+    except ProfilerUnavailable as err:
+        fail(str(err))
 
 
 def _default_stem(suite: str, gpu_name: str) -> str:
@@ -124,6 +131,9 @@ def run(
     report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
     gpu: int = typer.Option(0, "--gpu", help="CUDA device index."),
     copy_size: str = typer.Option("4GB", "--copy-size", help="Buffer size of the device copy-bandwidth measurement."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="Gate: a results file to compare with at the end; exit 1 on a real regression."),
+    max_drop: str = typer.Option("5%", "--max-drop", help="Gate threshold for --baseline (5% or 0.05)."),
+    min_copy_fraction: Optional[float] = typer.Option(None, "--min-copy-fraction", help="Gate: exit 1 when an implementation run reaches less than this fraction of the same-run copy bandwidth (e.g. 0.9 with --impl optimized)."),
 ):
     """Sweep a suite: check every implementation against the reference, time it, write results and a report.
 
@@ -146,14 +156,15 @@ def run(
         axis_values = {name_: chosen.parse_axis_values(name_, values)
                        for name_, values in parse_axis_args(list(ctx.args), axis).items()}
         cases = chosen.cases(split_list(dtype), axis_values, quick=quick)
-        return chosen, impls, cases, parse_size(copy_size)
+        gates = _prepare_gates(baseline, max_drop, min_copy_fraction)
+        return chosen, impls, cases, parse_size(copy_size), gates
 
-    chosen, impls, cases, copy_bytes = _guard(prepare)
+    chosen, impls, cases, copy_bytes, gates = _guard(prepare)
     code = _guard(lambda: _run_measured(
         chosen, impls, cases, copy_bytes,
         RunSettings(timing=timing, seed=seed),
         SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time),
-        out, name, report, gpu,
+        out, name, report, gpu, gates,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
@@ -168,7 +179,54 @@ def _measure_device_copy(timer, info) -> None:
     info.copy_gbps, info.copy_gbps_by_method = ceiling.gbps, ceiling.gbps_by_method
 
 
-def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name, want_report, gpu, options) -> int:
+@dataclass
+class Gates:
+    """The checks a CI job asks of a run, applied to its records once it ends."""
+
+    baseline: object | None = None
+    max_drop: float = 0.05
+    min_copy_fraction: float | None = None
+
+
+def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: Optional[float]) -> Gates:
+    """Read the baseline up front, so a bad gate argument fails before any GPU time is spent."""
+    from .gate import parse_fraction
+    from .results import read_document
+
+    gates = Gates(max_drop=parse_fraction(max_drop), min_copy_fraction=min_copy_fraction)
+    if min_copy_fraction is not None and not 0 < min_copy_fraction <= 1.5:
+        raise UsageError(f"--min-copy-fraction takes a fraction such as 0.9 (got {min_copy_fraction})")
+    if baseline is not None:
+        try:
+            gates.baseline = read_document(baseline)
+        except ValueError as err:
+            raise UsageError(f"--baseline: {err}") from None
+    return gates
+
+
+def _apply_gates(gates: Gates, document) -> bool:
+    """Print each gate's verdict; True when every gate passed."""
+    from .gate import compare_runs, copy_fraction_violations, has_regression
+
+    passed = True
+    if gates.baseline is not None:
+        comparisons = compare_runs(gates.baseline, document, gates.max_drop)
+        console.print(comparison_table(comparisons, gates.max_drop))
+        passed &= not has_regression(comparisons)
+    if gates.min_copy_fraction is not None:
+        violations = copy_fraction_violations(document, gates.min_copy_fraction)
+        for v in violations:
+            got = "failed" if v.pct_copy is None else f"{v.pct_copy:.1f}%"
+            console.print(f"[bold red]below floor[/] {v.suite} {v.case} {v.dtype} {v.impl}: {got} of copy "
+                          f"(needs {v.required_pct:.0f}%)", soft_wrap=True)
+        if not violations:
+            console.print(f"[green]every implementation at or above {gates.min_copy_fraction:.0%} of copy[/]")
+        passed &= not violations
+    return passed
+
+
+def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name, want_report, gpu, gates,
+                  options) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .device import query_device, require_cuda
@@ -222,7 +280,9 @@ def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name,
     if interrupted:
         console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {paths['json']}")
         return EXIT_INTERRUPTED
-    return EXIT_FAILED if any(r.status == "failed" for r in document.records) else EXIT_OK
+    gates_passed = _apply_gates(gates, document)
+    failed = any(r.status == "failed" for r in document.records)
+    return EXIT_FAILED if failed or not gates_passed else EXIT_OK
 
 
 @app.command("list")
@@ -304,6 +364,131 @@ def report_cmd(
         console.print(f"report: {target}")
 
     _guard(build)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def profile(
+    ctx: typer.Context,
+    suite: str = typer.Argument(..., help="Suite to profile (see `bwbench list`)."),
+    impl: str = typer.Option(..., "--impl", "-i", help="Comma-separated implementations to profile."),
+    case: List[str] = typer.Option([], "--case", "-c", help="Axis value NAME=VALUE (repeatable), e.g. --case cols=4096. Shorthand: --cols 4096. Unnamed axes take the suite's first value."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="dtype (default: the suite's default)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    out: Path = typer.Option(Path("reports"), "--out", "-o", help="Folder for the profile's results JSON."),
+    gpu: int = typer.Option(0, "--gpu", help="CUDA device index."),
+):
+    """Nsight Compute on one case: DRAM bytes really moved against the byte model, ncu time against bwbench's.
+
+    Runs the case through the usual check and cold timing, then profiles one call of each implementation under `ncu --clock-control none`, filtered to that call with an NVTX range, summing dram__bytes_read.sum, dram__bytes_write.sum and gpu__time_duration.sum over the kernels it launches. The figures go into a results file (record.extra["profile"]) that `bwbench report` reads.
+    """
+
+    def measure() -> int:
+        from rich.table import Table
+
+        from .device import query_device, require_cuda
+        from .discovery import get_suite
+        from .profile import ProfileResult, find_ncu, run_ncu
+        from .results import ResultsWriter, RunDocument
+        from .runner import Runner, RunSettings
+        from .stats import SamplingPolicy
+        from .timing import Timer
+
+        chosen = get_suite(suite)
+        impls = chosen.select_impls(split_list(impl))
+        wanted = parse_axis_args(list(ctx.args), case)
+        values = {a: chosen.parse_axis_values(a, v) for a, v in wanted.items()}
+        for a, v in values.items():
+            if len(v) != 1:
+                raise UsageError(f"profile takes one value per axis (got {len(v)} for {a})")
+        if chosen.points is None:
+            values = {a: values.get(a, [vals[0]]) for a, vals in chosen.axes.items()}
+        cases = chosen.cases(split_list(dtype), values)
+        if len(cases) > 4:
+            raise UsageError(f"that selects {len(cases)} cases; profile one at a time (name every axis)")
+        find_ncu()
+        device = require_cuda(gpu)
+        facts = query_device(device)
+        timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz, SamplingPolicy(max_seconds=0.5))
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{_default_stem(chosen.name, facts.gpu_name)}-profile.json"
+        document = RunDocument(environment=facts.to_dict(), options={"profile": True, "argv": sys.argv[1:]},
+                               suites={chosen.name: chosen.describe()})
+        writer = ResultsWriter(path, document)
+        runner = Runner(device, timer, writer, RunSettings(seed=seed), facts.peak_gbps)
+        table = Table(title=f"{chosen.name}: DRAM bytes measured by Nsight Compute against the byte model")
+        for col in ("case", "dtype", "impl", "kernels", "model MB", "DRAM MB", "DRAM / model",
+                    "bwbench µs", "ncu µs", "ncu / bwbench"):
+            table.add_column(col, justify="left" if col in ("case", "dtype", "impl") else "right")
+        for c in cases:
+            with console.status(f"checking and timing {c}…"):
+                records = runner.run_case(chosen, c, impls)
+            for rec in records:
+                if rec.impl == "copy":
+                    continue
+                if rec.status != "ok":
+                    table.add_row(c.id, c.dtype, rec.impl, rec.status, "", "", "", "", "", "")
+                    continue
+                with console.status(f"ncu on {rec.impl} {c}…"):
+                    kernels = run_ncu(chosen.name, rec.impl, dict(c.params), c.dtype, seed, gpu)
+                result = ProfileResult(kernels, rec.bytes_total, rec.stats["median_us"])
+                rec.extra = {**(rec.extra or {}), "profile": result.to_dict()}
+                writer.flush()
+                table.add_row(c.id, c.dtype, rec.impl, str(len(kernels)), f"{result.model_bytes / 1e6:,.1f}",
+                              f"{result.dram_bytes / 1e6:,.1f}", f"{result.bytes_ratio:.2f}×",
+                              f"{result.bwbench_median_us:,.1f}", f"{result.ncu_time_us:,.1f}",
+                              f"{result.time_ratio:.2f}" if result.time_ratio else "—")
+        writer.finish()
+        console.print(table)
+        console.print(f"results: {path}")
+        return EXIT_OK
+
+    raise typer.Exit(_guard(measure))
+
+
+@app.command()
+def compare(
+    baseline: Path = typer.Argument(..., help="Results JSON of the baseline run."),
+    current: Path = typer.Argument(..., help="Results JSON of the run to judge."),
+    max_drop: str = typer.Option("5%", "--max-drop", help="Smallest drop in median GB/s that counts as a regression (5% or 0.05)."),
+    ignore_gpu: bool = typer.Option(False, "--ignore-gpu", help="Compare runs made on different GPU models."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown table (for a CI job summary) to this file ('-' for stdout)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout)."),
+    show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
+):
+    """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
+
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise), missing, new, failed. Exit codes: 0 no regression, 1 regression or a failed check in CURRENT, 2 usage or input error.
+    """
+
+    def judge_runs() -> int:
+        import json
+
+        from .gate import compare_runs, has_regression, markdown, parse_fraction
+        from .results import read_document
+
+        threshold = parse_fraction(max_drop)
+        try:
+            docs = [read_document(p) for p in (baseline, current)]
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu)
+        console.print(comparison_table(comparisons, threshold, show_all))
+        if markdown_out is not None:
+            _write_text(markdown_out, markdown(comparisons, threshold))
+        if json_out is not None:
+            payload = {"max_drop": threshold, "regression": has_regression(comparisons),
+                       "comparisons": [c.to_dict() for c in comparisons]}
+            _write_text(json_out, json.dumps(payload, indent=1) + "\n")
+        return EXIT_FAILED if has_regression(comparisons) else EXIT_OK
+
+    raise typer.Exit(_guard(judge_runs))
+
+
+def _write_text(target: Path, text: str) -> None:
+    if str(target) == "-":
+        print(text, end="")
+    else:
+        target.write_text(text, encoding="utf-8")
 
 
 def main() -> None:

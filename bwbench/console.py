@@ -90,4 +90,36 @@ def device_table(env: dict[str, Any]) -> Table:
 
 
 def make_console() -> Console:
-    return Console(highlight=False)
+    """A console as wide as the terminal, or 160 columns in a CI log where there is none."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)
+    return console
+
+
+VERDICT_STYLE = {"faster": "green", "same": "dim", "slower": "bold red", "ambiguous": "yellow",
+                 "missing": "magenta", "new": "cyan", "failed": "bold red"}
+
+
+def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Table:
+    """The verdicts of `bwbench compare`, interesting ones first; unchanged ones only with --all."""
+    from .gate import has_regression
+
+    order = {v: i for i, v in enumerate(("failed", "slower", "ambiguous", "missing", "faster", "new", "same"))}
+    rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
+    counts = ", ".join(f"{sum(c.verdict == v for c in comparisons)} {v}" for v in order
+                       if any(c.verdict == v for c in comparisons))
+    verdict = "[bold red]regression[/]" if has_regression(comparisons) else "[green]no regression[/]"
+    table = Table(title=f"{verdict} at a {max_drop:.1%} threshold ({counts})", title_justify="left")
+    for col, justify in (("verdict", "left"), ("suite", "left"), ("case", "left"), ("dtype", "left"),
+                         ("impl", "left"), ("baseline GB/s", "right"), ("current GB/s", "right"),
+                         ("change", "right"), ("p", "right"), ("note", "left")):
+        table.add_column(col, justify=justify)
+    for c in rows:
+        if c.verdict == "same" and not show_all:
+            continue
+        style = VERDICT_STYLE.get(c.verdict, "")
+        table.add_row(f"[{style}]{c.verdict}[/]", c.suite, c.case, c.dtype, c.impl, _gb(c.baseline_gbps),
+                      _gb(c.current_gbps), "—" if c.change is None else f"{c.change:+.1%}",
+                      "—" if c.p_value is None else f"{c.p_value:.2g}", (c.note or "")[:80])
+    return table

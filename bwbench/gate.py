@@ -1,0 +1,211 @@
+"""Regression gates on recorded results: is the current run really slower than the baseline?
+
+A record regresses only when its median bandwidth drops by at least the threshold AND the
+difference is real: a Mann-Whitney rank test on the raw samples (enough samples), or disjoint
+p10-p90 intervals (few samples). A drop past the threshold that the samples cannot tell from noise
+is "ambiguous", never a silent pass or a false alarm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, asdict
+from typing import Iterable, Sequence
+
+from .results import Record, RunDocument
+from .suite import COPY_IMPL
+
+VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed")
+REGRESSIONS = ("slower", "failed")
+RANK_TEST_MIN_SAMPLES = 10
+SIGNIFICANCE = 0.01
+
+
+class GateInputError(ValueError):
+    """The two runs cannot be compared (different GPUs, nothing in common): exit code 2."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One matched (suite, case, dtype, implementation) and what happened to it."""
+
+    suite: str
+    case: str
+    dtype: str
+    impl: str
+    verdict: str
+    baseline_gbps: float | None
+    current_gbps: float | None
+    change: float | None
+    """Relative change of median bandwidth: +0.03 is 3% faster, -0.05 is 5% slower."""
+    p_value: float | None
+    test: str
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def record_key(r: Record) -> tuple[str, str, str, str]:
+    return (r.suite, r.case, r.dtype, r.impl)
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected)."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    both = np.concatenate([a, b])
+    order = both.argsort(kind="mergesort")
+    ranks = np.empty(len(both))
+    sorted_vals = both[order]
+    # average ranks over ties
+    boundaries = np.flatnonzero(np.diff(sorted_vals)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(both)]])
+    tie_term = 0.0
+    for s, e in zip(starts, ends):
+        ranks[order[s:e]] = (s + e + 1) / 2.0
+        t = e - s
+        tie_term += t ** 3 - t
+    u1 = ranks[:n1].sum() - n1 * (n1 + 1) / 2.0
+    mean = n1 * n2 / 2.0
+    n = n1 + n2
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return 1.0 if u1 == mean else 0.0
+    z = (abs(u1 - mean) - 0.5) / math.sqrt(var)
+    return math.erfc(max(z, 0.0) / math.sqrt(2.0))
+
+
+def _interval(r: Record) -> tuple[float, float]:
+    s = r.stats or {}
+    return s.get("p10_us", math.nan), s.get("p90_us", math.nan)
+
+
+def real_difference(base: Record, cur: Record) -> tuple[bool, float | None, str]:
+    """(is the timing difference real, p-value if a rank test ran, which test decided)."""
+    if len(base.samples_us) >= RANK_TEST_MIN_SAMPLES and len(cur.samples_us) >= RANK_TEST_MIN_SAMPLES:
+        p = mann_whitney_p(base.samples_us, cur.samples_us)
+        return p < SIGNIFICANCE, p, "rank"
+    (b_lo, b_hi), (c_lo, c_hi) = _interval(base), _interval(cur)
+    return (c_lo > b_hi or c_hi < b_lo), None, "p10-p90"
+
+
+def judge(base: Record | None, cur: Record | None, max_drop: float) -> Comparison:
+    ref = cur or base
+    key = dict(suite=ref.suite, case=ref.case, dtype=ref.dtype, impl=ref.impl)
+    base_ok = base is not None and base.status == "ok" and base.gbps
+    cur_ok = cur is not None and cur.status == "ok" and cur.gbps
+    if cur is not None and cur.status == "failed":
+        return Comparison(**key, verdict="failed", baseline_gbps=base.gbps if base_ok else None,
+                          current_gbps=None, change=None, p_value=None, test="", note=cur.reason or "")
+    if not base_ok and not cur_ok:
+        return Comparison(**key, verdict="missing", baseline_gbps=None, current_gbps=None, change=None,
+                          p_value=None, test="", note="not measured in either run")
+    if not cur_ok:
+        return Comparison(**key, verdict="missing", baseline_gbps=base.gbps, current_gbps=None, change=None,
+                          p_value=None, test="", note=(cur.reason if cur else "absent from the current run") or "")
+    if not base_ok:
+        return Comparison(**key, verdict="new", baseline_gbps=None, current_gbps=cur.gbps, change=None,
+                          p_value=None, test="")
+    change = cur.gbps / base.gbps - 1.0
+    real, p, test = real_difference(base, cur)
+    tolerance = 1e-9
+    if change <= -max_drop + tolerance:
+        verdict = "slower" if real else "ambiguous"
+    elif change >= max_drop - tolerance:
+        verdict = "faster" if real else "ambiguous"
+    else:
+        verdict = "same"
+    return Comparison(**key, verdict=verdict, baseline_gbps=base.gbps, current_gbps=cur.gbps, change=change,
+                      p_value=p, test=test)
+
+
+def check_same_gpu(baseline: RunDocument, current: RunDocument, ignore_gpu: bool) -> None:
+    a, b = baseline.environment.get("gpu_name"), current.environment.get("gpu_name")
+    if a != b and not ignore_gpu:
+        raise GateInputError(f"the baseline ran on {a!r} and the current run on {b!r}: bandwidths of "
+                             "different GPU models are not comparable (pass --ignore-gpu to compare anyway)")
+
+
+def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, ignore_gpu: bool = False,
+                 include_copy: bool = False) -> list[Comparison]:
+    """Every record of either run, matched by (suite, case, dtype, implementation) and judged."""
+    if not 0 < max_drop < 1:
+        raise GateInputError(f"the threshold must be between 0% and 100% (got {max_drop:.2%})")
+    check_same_gpu(baseline, current, ignore_gpu)
+    base = {record_key(r): r for r in baseline.records}
+    cur = {record_key(r): r for r in current.records}
+    keys = list(dict.fromkeys([*base, *cur]))
+    if not set(base) & set(cur):
+        raise GateInputError("the two runs have no (suite, case, dtype, implementation) in common")
+    return [judge(base.get(k), cur.get(k), max_drop) for k in keys if include_copy or k[3] != COPY_IMPL]
+
+
+def has_regression(comparisons: Iterable[Comparison]) -> bool:
+    return any(c.verdict in REGRESSIONS for c in comparisons)
+
+
+@dataclass(frozen=True)
+class FloorViolation:
+    """A record below the required fraction of its same-run copy bandwidth."""
+
+    suite: str
+    case: str
+    dtype: str
+    impl: str
+    pct_copy: float | None
+    required_pct: float
+
+
+def copy_fraction_violations(document: RunDocument, min_fraction: float,
+                             impls: Sequence[str] | None = None) -> list[FloorViolation]:
+    """The hardware-independent gate: every chosen implementation at >= min_fraction of its copy."""
+    out = []
+    for r in document.records:
+        if r.impl == COPY_IMPL or (impls and r.impl not in impls) or r.status == "skipped":
+            continue
+        if r.status != "ok" or r.pct_copy is None or r.pct_copy < 100 * min_fraction:
+            out.append(FloorViolation(r.suite, r.case, r.dtype, r.impl, r.pct_copy, 100 * min_fraction))
+    return out
+
+
+def parse_fraction(text: str) -> float:
+    """'5%' -> 0.05, '0.05' -> 0.05, '5' -> 0.05 (a bare number above 1 is a percentage)."""
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%"))
+    except ValueError:
+        raise GateInputError(f"cannot read {text!r} as a fraction (examples: 5%, 0.05)") from None
+    if raw.endswith("%") or value > 1:
+        value /= 100.0
+    return value
+
+
+def _md(text: str) -> str:
+    """Text from a results file, made inert in a markdown table cell."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+
+
+def markdown(comparisons: Sequence[Comparison], max_drop: float) -> str:
+    """A table for a CI job summary, regressions first."""
+    order = {v: i for i, v in enumerate(("failed", "slower", "ambiguous", "missing", "faster", "new", "same"))}
+    rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
+    counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
+    head = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    status = "❌ regression" if has_regression(comparisons) else "✅ no regression"
+    lines = [f"**bwbench compare**: {status} (threshold {max_drop:.1%}; {head})", "",
+             "| verdict | suite | case | dtype | impl | baseline GB/s | current GB/s | change | p |",
+             "|---|---|---|---|---|---:|---:|---:|---:|"]
+    for c in rows:
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            c.verdict, _md(c.suite), _md(c.case), _md(c.dtype), _md(c.impl),
+            "—" if c.baseline_gbps is None else f"{c.baseline_gbps:,.0f}",
+            "—" if c.current_gbps is None else f"{c.current_gbps:,.0f}",
+            "—" if c.change is None else f"{c.change:+.1%}",
+            "—" if c.p_value is None else f"{c.p_value:.2g}"))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,157 @@
+"""Nsight Compute on one case: the DRAM bytes a kernel really moved, next to the byte model.
+
+bwbench's GB/s divides the *model's* bytes by time; a naive or uncoalesced kernel moves more than
+that. `ncu` counts dram__bytes_read/write over every kernel the implementation launches inside an
+NVTX range (the harness's warm-up launches stay outside it), so the ratio measured / model shows
+the amplification, and ncu's kernel time next to bwbench's shows the timer agrees.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, asdict
+from typing import Any
+
+NVTX_RANGE = "bwbench_profile"
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+
+
+class ProfilerUnavailable(RuntimeError):
+    """ncu is missing or may not read the counters: said plainly, exit code 2."""
+
+
+@dataclass
+class KernelMetrics:
+    name: str
+    dram_read: float
+    dram_write: float
+    time_ns: float
+
+
+@dataclass
+class ProfileResult:
+    """What ncu measured for one implementation on one case, against the model and bwbench's timer."""
+
+    kernels: list[KernelMetrics]
+    model_bytes: int
+    bwbench_median_us: float | None
+
+    @property
+    def dram_bytes(self) -> float:
+        return sum(k.dram_read + k.dram_write for k in self.kernels)
+
+    @property
+    def ncu_time_us(self) -> float:
+        return sum(k.time_ns for k in self.kernels) / 1000.0
+
+    @property
+    def bytes_ratio(self) -> float:
+        return self.dram_bytes / self.model_bytes if self.model_bytes else float("nan")
+
+    @property
+    def time_ratio(self) -> float | None:
+        return self.ncu_time_us / self.bwbench_median_us if self.bwbench_median_us else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernels": [asdict(k) for k in self.kernels], "kernel_count": len(self.kernels),
+                "dram_bytes": self.dram_bytes, "model_bytes": self.model_bytes, "bytes_ratio": self.bytes_ratio,
+                "ncu_time_us": self.ncu_time_us, "bwbench_median_us": self.bwbench_median_us,
+                "time_ratio": self.time_ratio}
+
+
+def find_ncu() -> str:
+    """The ncu binary: on PATH, in the CUDA toolkit, or in an Nsight Compute install."""
+    candidates = [shutil.which("ncu"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ncu")]
+    candidates += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
+    candidates += sorted(glob.glob("/usr/local/cuda*/bin/ncu"), reverse=True)
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise ProfilerUnavailable("Nsight Compute (ncu) is not installed or not on PATH; install Nsight Compute "
+                              "or the CUDA toolkit and try again")
+
+
+_UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "": 1}
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "")) if text.strip() not in ("", "n/a") else 0.0
+
+
+def parse_ncu_csv(text: str) -> list[KernelMetrics]:
+    """Rows of `ncu --csv --page raw` (a header row, a units row, one row per kernel)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if len(lines) < 2:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header, units, data = rows[0], rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(header)}
+    missing = [m for m in METRICS if m not in col]
+    if missing:
+        raise ProfilerUnavailable(f"ncu's output has no {', '.join(missing)} (the counters may not be readable here)")
+
+    def value(row, metric):
+        i = col[metric]
+        return _number(row[i]) * _UNIT_SCALE.get(units[i].strip().lower(), 1)
+
+    name_col = col.get("Kernel Name", col.get("Function Name"))
+    return [KernelMetrics(row[name_col] if name_col is not None else "?", value(row, METRICS[0]),
+                          value(row, METRICS[1]), value(row, METRICS[2])) for row in data if len(row) == len(header)]
+
+
+def run_ncu(suite: str, impl: str, params: dict[str, Any], dtype: str, seed: int, gpu: int,
+            timeout_s: float = 600) -> list[KernelMetrics]:
+    """Profile one call of the implementation in a child process under ncu."""
+    ncu = find_ncu()
+    spec = json.dumps({"suite": suite, "impl": impl, "params": params, "dtype": dtype, "seed": seed, "gpu": gpu})
+    cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+           "--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units", "base",
+           sys.executable, "-m", "bwbench.profile", spec]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    output = proc.stdout + proc.stderr
+    if "ERR_NVGPUCTRPERM" in output or "permission" in output.lower() and "counter" in output.lower():
+        raise ProfilerUnavailable("ncu may not read the GPU performance counters here (ERR_NVGPUCTRPERM): run as "
+                                  "root or allow profiling for all users (NVreg_RestrictProfilingToAdminUsers=0)")
+    if proc.returncode != 0:
+        raise ProfilerUnavailable(f"ncu failed (exit {proc.returncode}): {output.strip()[-1500:]}")
+    kernels = parse_ncu_csv(proc.stdout)
+    if not kernels:
+        raise ProfilerUnavailable(f"ncu profiled no kernel inside the NVTX range: {output.strip()[-1500:]}")
+    return kernels
+
+
+def _profile_target(spec: dict[str, Any]) -> None:
+    """Child process: build the case, warm up outside the NVTX range, then one call inside it."""
+    import torch
+
+    from .discovery import get_suite
+    from .suite import Case
+
+    device = torch.device("cuda", spec["gpu"])
+    torch.cuda.set_device(device)
+    suite = get_suite(spec["suite"])
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["params"].items()}
+    case = Case(suite.name, params, spec["dtype"])
+    generator = torch.Generator(device=device)
+    generator.manual_seed(spec["seed"])
+    inputs = suite.make_inputs(case, generator)
+    fn = suite.implementations[spec["impl"]].build(case)
+    fn(**inputs)
+    fn(**inputs)
+    torch.cuda.synchronize(device)
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
+    fn(**inputs)
+    torch.cuda.synchronize(device)
+    torch.cuda.nvtx.range_pop()
+
+
+if __name__ == "__main__":
+    _profile_target(json.loads(sys.argv[1]))
