@@ -1,0 +1,158 @@
+"""The CI gate on recorded results: real drops flagged, noise not, exit codes as documented."""
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bwbench.cli import app
+from bwbench.gate import (GateInputError, compare_runs, copy_fraction_violations, has_regression, judge,
+                          mann_whitney_p, markdown, parse_fraction)
+from bwbench.results import Record, ResultsWriter, RunDocument, read_document
+
+DATA = Path(__file__).parent / "data"
+RUN_A, RUN_B = DATA / "h200-softmax-run1.json", DATA / "h200-softmax-run2.json"
+
+
+def timed(impl, samples, case="rows=4096,cols=1024", status="ok", pct_copy=95.0):
+    samples = sorted(samples)
+    n = len(samples)
+    median = samples[n // 2]
+    stats = {"count": n, "min_us": samples[0], "p10_us": samples[n // 10], "median_us": median,
+             "p90_us": samples[(9 * n) // 10], "max_us": samples[-1]}
+    return Record(suite="softmax", case=case, params={}, dtype="float16", impl=impl, kind="torch", status=status,
+                  bytes_total=10**9, stats=stats, samples_us=list(samples), gbps=1e9 / (median * 1e-6) / 1e9,
+                  pct_copy=pct_copy)
+
+
+def noisy(center, n=200, spread=0.01, seed=0):
+    rng = random.Random(seed)
+    return [center * (1 + rng.gauss(0, spread)) for _ in range(n)]
+
+
+def test_rank_test_separates_shifted_samples_and_not_equal_ones():
+    assert mann_whitney_p(noisy(100, seed=1), noisy(100, seed=2)) > 0.01
+    assert mann_whitney_p(noisy(100, seed=1), noisy(103, seed=2)) < 1e-6
+    assert mann_whitney_p([1.0] * 20, [1.0] * 20) == 1.0
+
+
+@pytest.mark.parametrize("slowdown,expected", [(1.0, "same"), (1.02, "same"), (1 / 0.95, "slower"),
+                                               (1.10, "slower"), (0.90, "faster")])
+def test_verdicts_on_clean_samples(slowdown, expected):
+    samples = noisy(100, seed=1)
+    base = timed("torch", samples)
+    cur = timed("torch", [s * slowdown for s in samples])
+    assert judge(base, cur, 0.05).verdict == expected
+
+
+def test_a_drop_within_the_noise_is_ambiguous_not_a_regression():
+    spread = [80 + 40 * i / 11 for i in range(12)]
+    base = timed("torch", spread)
+    cur = timed("torch", [s * 1.07 for s in spread])
+    verdict = judge(base, cur, 0.05)
+    assert verdict.change < -0.05 and verdict.verdict == "ambiguous"
+
+
+def test_few_samples_use_disjoint_p10_p90_intervals():
+    base = timed("torch", [100, 101, 102, 100, 101])
+    assert judge(base, timed("torch", [110, 111, 112, 110, 111]), 0.05).verdict == "slower"
+    assert judge(base, timed("torch", [100, 107, 109, 112, 111]), 0.05).verdict == "ambiguous"
+
+
+def test_missing_new_and_failed():
+    base = timed("torch", noisy(100))
+    assert judge(base, None, 0.05).verdict == "missing"
+    assert judge(None, base, 0.05).verdict == "new"
+    failed = timed("torch", noisy(100), status="failed")
+    failed.gbps = None
+    assert judge(base, failed, 0.05).verdict == "failed"
+    assert has_regression([judge(base, failed, 0.05)])
+
+
+def doc(records, gpu="NVIDIA H200"):
+    return RunDocument(environment={"gpu_name": gpu}, options={}, suites={}, records=records)
+
+
+def test_different_gpus_are_refused_unless_asked():
+    a, b = doc([timed("torch", noisy(100))]), doc([timed("torch", noisy(100))], gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(GateInputError, match="--ignore-gpu"):
+        compare_runs(a, b, 0.05)
+    assert compare_runs(a, b, 0.05, ignore_gpu=True)[0].verdict == "same"
+    with pytest.raises(GateInputError, match="in common"):
+        compare_runs(a, doc([timed("naive", noisy(100))]), 0.05)
+
+
+def test_copy_fraction_floor():
+    d = doc([timed("optimized", noisy(100), pct_copy=93.0), timed("optimized", noisy(100), "rows=1,cols=1", pct_copy=85.0),
+             timed("copy", noisy(100), pct_copy=100.0)])
+    violations = copy_fraction_violations(d, 0.9)
+    assert [(v.case, v.pct_copy) for v in violations] == [("rows=1,cols=1", 85.0)]
+    assert copy_fraction_violations(d, 0.8) == []
+
+
+@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("12.5%", 0.125)])
+def test_fractions(text, value):
+    assert parse_fraction(text) == pytest.approx(value)
+
+
+def test_markdown_escapes_results_text():
+    base = timed("a|b<script>", noisy(100))
+    text = markdown([judge(base, base, 0.05)], 0.05)
+    assert "a\\|b&lt;script>" in text and "no regression" in text
+
+
+# --- on real recorded results: two consecutive default softmax runs on an H200 -----------------
+
+def inject_drop(document: RunDocument, impl: str, case: str, drop: float, baseline: RunDocument) -> RunDocument:
+    """The rerun with one record slowed so that its median bandwidth is `drop` below the baseline's."""
+    slowed = copy.deepcopy(document)
+    base_gbps = next(r.gbps for r in baseline.records if r.impl == impl and r.case == case)
+    for r in slowed.records:
+        if r.impl == impl and r.case == case:
+            scale = r.gbps / (base_gbps * (1 - drop))
+            r.samples_us = [s * scale for s in r.samples_us]
+            r.stats = {k: (v * scale if k.endswith("_us") else v) for k, v in r.stats.items()}
+            r.gbps /= scale
+            return slowed
+    raise AssertionError(f"no record {impl} {case}")
+
+
+def test_a_real_rerun_within_its_noise_is_not_flagged():
+    comparisons = compare_runs(read_document(RUN_A), read_document(RUN_B), 0.05)
+    assert len(comparisons) >= 40
+    assert not has_regression(comparisons), [c for c in comparisons if c.verdict in ("slower", "failed")]
+
+
+@pytest.mark.parametrize("impl,case", [("torch", "rows=49152,cols=4096"), ("naive", "rows=49152,cols=32768"),
+                                       ("cudnn", "rows=49152,cols=256")])
+def test_a_5_percent_drop_injected_into_one_real_record_is_flagged(impl, case):
+    baseline = read_document(RUN_A)
+    comparisons = compare_runs(baseline, inject_drop(read_document(RUN_B), impl, case, 0.05, baseline), 0.05)
+    slower = [(c.impl, c.case) for c in comparisons if c.verdict == "slower"]
+    assert slower == [(impl, case)]
+
+
+def test_compare_command_exit_codes_and_outputs(tmp_path):
+    runner = CliRunner()
+    same = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--markdown", str(tmp_path / "s.md"),
+                               "--json", str(tmp_path / "s.json")])
+    assert same.exit_code == 0, same.output
+    assert "no regression" in (tmp_path / "s.md").read_text()
+    assert json.loads((tmp_path / "s.json").read_text())["regression"] is False
+
+    slowed = inject_drop(read_document(RUN_B), "torch", "rows=49152,cols=4096", 0.05, read_document(RUN_A))
+    ResultsWriter(tmp_path / "slow.json", slowed).finish()
+    worse = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--markdown", "-"])
+    assert worse.exit_code == 1
+    assert "| slower | softmax | rows=49152,cols=4096 | float16 | torch |" in worse.output
+
+    other_gpu = read_document(RUN_B)
+    other_gpu.environment["gpu_name"] = "NVIDIA H100 80GB HBM3"
+    ResultsWriter(tmp_path / "h100.json", other_gpu).finish()
+    refused = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "h100.json")])
+    assert refused.exit_code == 2 and "--ignore-gpu" in refused.output
+    assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "nope.json")]).exit_code == 2
+    assert runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--max-drop", "lots"]).exit_code == 2
