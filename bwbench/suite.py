@@ -172,6 +172,7 @@ class Suite:
     make_inputs: Callable[[Case, Any], dict[str, Any]] | None = None
     compute_reference: Callable[..., Any] | None = None
     compute_traffic: Callable[[Case], Traffic] | None = None
+    check_case: Callable[[Case], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.points is not None:
@@ -208,6 +209,11 @@ class Suite:
 
     def traffic(self, fn: Callable[[Case], Traffic]):
         self.compute_traffic = fn
+        return fn
+
+    def validate(self, fn: Callable[[Case], str | None]):
+        """A check of the user's own cases (e.g. a permutation that fits its shape): returns why not."""
+        self.check_case = fn
         return fn
 
     def impl(self, name: str, kind: str, description: str = "",
@@ -265,6 +271,9 @@ class Suite:
         if axis not in self.axes:
             raise SelectionError(f"suite {self.name!r} has no axis {axis!r}; axes: {', '.join(self.axes)}")
         example = self.axes[axis][0]
+        texts = [t.strip() for t in texts]
+        if isinstance(example, tuple) and len(texts) > 1 and not any("x" in t for t in texts):
+            texts = [",".join(texts)]  # the CLI split `--perm 0,2,1` on its commas: one tuple
         values = []
         for text in texts:
             try:
@@ -279,6 +288,15 @@ class Suite:
               quick: bool = False) -> list[Case]:
         """The sweep: the cartesian product of the axes (quick values and user values replacing them),
         or, for a suite of explicit points, the points matching the user's values."""
+        chosen = self._sweep(dtypes, axis_values, quick)
+        if self.check_case:
+            for case in chosen:
+                problem = self.check_case(case)
+                if problem:
+                    raise SelectionError(f"{case}: {problem}")
+        return chosen
+
+    def _sweep(self, dtypes, axis_values, quick) -> list[Case]:
         if self.points is not None:
             return self._point_cases(dtypes, axis_values or {}, quick)
         axes = dict(self.axes)
