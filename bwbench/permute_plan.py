@@ -1,0 +1,402 @@
+"""Host-side planning of `x.permute(perm).contiguous()`: what the CUDA kernels are told to do.
+
+Pure Python (no torch, no GPU) so every decision is testable on any machine. The steps follow
+OneFlow's permute article:
+
+1. `simplify`: drop size-1 dimensions and merge dimensions that stay adjacent and in order, so
+   (0,1,2,3)->(2,3,0,1) becomes a 2-D transpose and fewer divisions are needed per element.
+2. `movement_size`: when the last dimension moves whole, copy it in units of up to 16 bytes, as
+   far as its byte size and both pointers' alignment allow.
+3. `index_type`: 32-bit indexing when every index fits (integer division is much cheaper),
+   64-bit otherwise.
+4. `plan_permute`: a `GatherPlan` when the last dimension moves whole (each output unit reads one
+   input unit; reads and writes are both contiguous along the last dimension), or a `TilePlan`
+   when it does not (a shared-memory tile transposes the input's last dimension with the one that
+   becomes the output's last; the article's BatchTranspose is the case with one batch dimension).
+
+Divisions on the device use precomputed multiply-shift "magic numbers" (`divider32`), the fast
+division the article names as its next step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+MAX_DIMS = 8
+"""Dimensions (after simplification) the kernels take; more is refused with a clear error."""
+
+MAX_BATCH_DIMS = MAX_DIMS - 2
+"""Dimensions of a TilePlan besides the two the tile spans."""
+
+MOVEMENT_SIZES = (16, 8, 4, 2, 1)
+"""Bytes one thread moves per access when the last dimension moves whole, widest first."""
+
+INT32_LIMIT = 2**31 - 2**16
+"""Element (unit) counts below this use 32-bit indexing. The slack keeps a block's first index
+plus its unrolled span below 2^31 too."""
+
+
+class PermuteError(ValueError):
+    """The shape and permutation do not describe a permute the kernels can run."""
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Dimension simplification
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Simplified:
+    """An equivalent permute of a contiguous tensor: `x.reshape(shape).permute(perm)` holds the same
+    elements in the same output order as the original. At least one dimension."""
+
+    shape: tuple[int, ...]
+    perm: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[p] for p in self.perm)
+
+    @property
+    def last_dim_moves(self) -> bool:
+        """True when the input's last dimension is not the output's last (a transpose is needed)."""
+        return self.perm[-1] != self.ndim - 1
+
+    @property
+    def is_copy(self) -> bool:
+        return self.ndim == 1
+
+
+def check_permutation(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Validate and normalise: non-negative sizes, perm a permutation of range(len(shape))
+    (negative entries count from the end, as in torch)."""
+    shape = tuple(int(s) for s in shape)
+    n = len(shape)
+    if any(s < 0 for s in shape):
+        raise PermuteError(f"negative size in shape {shape}")
+    perm = tuple(int(p) + n if int(p) < 0 else int(p) for p in perm)
+    if len(perm) != n or sorted(perm) != list(range(n)):
+        raise PermuteError(f"perm {tuple(perm)} is not a permutation of the {n} dimensions of shape {shape}")
+    return shape, perm
+
+
+def simplify(shape: Sequence[int], perm: Sequence[int]) -> Simplified:
+    """Drop size-1 dimensions, then merge runs of input dimensions that appear consecutively and in
+    order in the output. Examples: (3,4,5,6),(2,3,0,1) -> (12,30),(1,0); (5,1,7),(1,0,2) -> (35,),(0,)."""
+    shape, perm = check_permutation(shape, perm)
+    keep = [d for d in range(len(shape)) if shape[d] != 1]
+    if not keep:
+        return Simplified((1,), (0,))
+    rank = {d: i for i, d in enumerate(keep)}
+    sizes = [shape[d] for d in keep]
+    order = [rank[d] for d in perm if d in rank]
+
+    # Runs of input dims that follow each other in the output: each run is one merged dim.
+    runs: list[list[int]] = []
+    for d in order:
+        if runs and runs[-1][-1] + 1 == d:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    by_input = sorted(range(len(runs)), key=lambda r: runs[r][0])
+    merged_shape = tuple(math.prod(sizes[d] for d in runs[r]) for r in by_input)
+    new_rank = {r: i for i, r in enumerate(by_input)}
+    return Simplified(merged_shape, tuple(new_rank[r] for r in range(len(runs))))
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Movement size and 3. index type
+# ----------------------------------------------------------------------------------------------
+
+
+def movement_size(last_dim_bytes: int, itemsize: int, addresses: Sequence[int] = ()) -> int:
+    """The widest access (16, 8, 4, 2 or 1 bytes, never below the element size) that divides the
+    byte size of the dimension that moves whole and the alignment of every address."""
+    for size in MOVEMENT_SIZES:
+        if size < itemsize:
+            break
+        if last_dim_bytes % size == 0 and all(int(a) % size == 0 for a in addresses):
+            return size
+    return itemsize
+
+
+def index_type(count: int) -> str:
+    """"int32" when `count` elements (or units) can be indexed with 32-bit integers, else "int64"."""
+    return "int32" if count < INT32_LIMIT else "int64"
+
+
+def divider32(d: int) -> int:
+    """A divisor packed for the kernels' 32-bit fast division: (magic << 32) | d.
+
+    For 1 <= d < 2^31, s = ceil(log2 d) and magic = floor(2^32 (2^s - d) / d) + 1, the quotient of
+    any 0 <= n < 2^31 is (umulhi(n, magic) + n) >> s (the device recomputes s from d). This is the
+    round-up multiply-shift method (as in PyTorch's IntDivider): one multiply-high, an add and a
+    shift instead of a ~20-instruction integer division."""
+    if not 1 <= d < 2**31:
+        raise PermuteError(f"fast division needs 1 <= d < 2^31, got {d}")
+    s = (d - 1).bit_length()
+    magic = ((1 << 32) * ((1 << s) - d)) // d + 1
+    assert magic < 1 << 32
+    return (magic << 32) | d
+
+
+def fast_divide32(n: int, packed: int) -> int:
+    """What the device computes with a `divider32` value (a model for tests)."""
+    d, magic = packed & 0xFFFFFFFF, packed >> 32
+    s = (d - 1).bit_length()
+    return (((n * magic) >> 32) + n) >> s
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Plans
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GatherConfig:
+    """One compiled gather kernel: `threads` per block, each moving `unroll` units (all loads first)."""
+
+    threads: int
+    unroll: int
+
+    @property
+    def units_per_block(self) -> int:
+        return self.threads * self.unroll
+
+
+GATHER_CONFIG = GatherConfig(threads=256, unroll=1)
+"""The gather kernel used: small blocks (4 KB of 16-byte units) keep the last wave short, and one
+16-byte read per thread already keeps enough in flight (measured on an H200, notes/permute.md)."""
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    """The last dimension moves whole: output unit i (units of `unit_bytes`) is read from the input
+    offset sum over output dims k of index_k * src_strides[k]. Used for copies too (one dim)."""
+
+    unit_bytes: int
+    out_sizes: tuple[int, ...]
+    """Output shape in units (the last dimension counted in units of unit_bytes)."""
+    src_strides: tuple[int, ...]
+    """For each output dimension, the input stride (in units) of the dimension it comes from."""
+    index: str
+    config: GatherConfig = GATHER_CONFIG
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.out_sizes)
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.count // self.config.units_per_block)
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One compiled tiled kernel: a tile x tile block of elements moved by `threads` threads; reads
+    take `vec_read` elements along the input's last dim per access, writes `vec_write` along the
+    output's (packs of up to 8 bytes)."""
+
+    itemsize: int
+    vec_read: int
+    vec_write: int
+    tile: int
+    threads: int = 256
+    shifted: bool = False
+    """Reads of vec_read elements from rows that start anywhere (C not a multiple of vec_read): each
+    row is read in aligned packs and shifted into place in shared memory."""
+
+
+@dataclass(frozen=True)
+class BatchDim:
+    """A dimension the tile does not span: its size and the strides (elements) it steps by."""
+
+    size: int
+    src_stride: int
+    dst_stride: int
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """The last dimension moves: tiles of (rows of the input dim that becomes the output's last) x
+    (columns of the input's last dim) go through shared memory. Reads are contiguous along the
+    columns, writes along the rows."""
+
+    config: TileConfig
+    rows: int
+    """R: size of the input dimension that becomes the output's last."""
+    cols: int
+    """C: size of the input's last dimension."""
+    src_row_stride: int
+    """Input stride (elements) of the row dimension."""
+    dst_row_stride: int
+    """Output stride (elements) of the column dimension."""
+    batch: tuple[BatchDim, ...]
+    """The other dimensions, innermost (fastest in the input) first."""
+    index: str
+    batch_transpose: bool
+    """The article's BatchTranspose: only the last two dimensions swap."""
+
+    @property
+    def tiles(self) -> tuple[int, int, int]:
+        """(tiles along columns, tiles along rows, batch count)."""
+        return tile_grid(self.rows, self.cols, self.batch, self.config.tile)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.tiles)
+
+
+def tile_grid(rows: int, cols: int, batch: Sequence[BatchDim], tile: int) -> tuple[int, int, int]:
+    return (-(-cols // tile), -(-rows // tile), math.prod(b.size for b in batch))
+
+
+@dataclass(frozen=True)
+class PermutePlan:
+    """Everything the launcher needs for one (shape, perm, itemsize, alignment)."""
+
+    shape: tuple[int, ...]
+    perm: tuple[int, ...]
+    itemsize: int
+    simplified: Simplified
+    kernel: GatherPlan | TilePlan | None
+    """None when there is nothing to move (an empty tensor)."""
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[p] for p in self.perm)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+TILE_VECS: dict[int, tuple[int, ...]] = {1: (8, 4, 1), 2: (4, 2, 1), 4: (2, 1), 8: (1,)}
+"""Elements per access the tiled kernels are compiled for, by element size: packs of up to 8 bytes
+(half4 and half2 for float16), one element where a side is odd."""
+
+SHIFTED_VEC: dict[int, int] = {1: 8, 2: 4}
+"""Pack (elements) for shifted reads of 1- and 2-byte elements whose rows are not pack-aligned (an
+odd C): 8-byte reads instead of single bytes or halves."""
+
+USE_SHIFTED_READS = False
+"""Measured on an H200, shifted 8-byte reads of odd-width float16 rows were slower than reading
+single elements (33x1000x1001 by (0,2,1): 75% against 78% of copy; 1000x1001 by (1,0): 86% against
+94%), so the planner does not choose them. They stay compiled and tested, and can be forced with a
+TileConfig(..., shifted=True) or choose_tile(..., shifted_reads=True)."""
+
+TILE_SIDES: dict[int, tuple[int, ...]] = {1: (128,), 2: (64, 32), 4: (64, 32), 8: (32,)}
+"""Tile sides by element size, the large first: rows of 128 or 256 bytes. The second, where there is
+one, is used for small problems (see SMALL_PROBLEM_BLOCKS)."""
+
+SMALL_PROBLEM_BLOCKS: dict[int, int] = {2: 512, 4: 2048}
+"""Below this many large tiles the small tile is used: with few tiles per SM the last wave of large
+ones leaves SMs idle. Half rows of a 32-element tile are only 64 bytes, so float16 switches only for
+tiny problems. Measured on an H200 (notes/permute.md)."""
+
+
+def compiled_tile_configs() -> list[TileConfig]:
+    """Every tiled configuration the launcher compiles (the planner only picks among these)."""
+    configs = [TileConfig(size, vr, vw, side) for size, vecs in TILE_VECS.items() for side in TILE_SIDES[size]
+               for vr in vecs for vw in vecs]
+    configs += [TileConfig(size, vr, vw, side, shifted=True) for size, vr in SHIFTED_VEC.items()
+                for side in TILE_SIDES[size] for vw in TILE_VECS[size]]
+    return configs
+
+
+def tile_vec(itemsize: int, side: int, address: int = 0) -> int:
+    """The widest compiled pack (elements) that divides `side` and the alignment of `address`."""
+    for vec in TILE_VECS[itemsize]:
+        if side % vec == 0 and int(address) % (vec * itemsize) == 0:
+            return vec
+    return 1
+
+
+def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], src_address: int = 0,
+                dst_address: int = 0, shifted_reads: bool = USE_SHIFTED_READS) -> TileConfig:
+    """Reads as wide as the columns and the source allow (with `shifted_reads`, shifted 8-byte reads
+    where aligned ones would be narrower than 4 bytes), writes as wide as the rows and the
+    destination allow, the large tile unless the problem is small."""
+    vr, vw = tile_vec(itemsize, cols, src_address), tile_vec(itemsize, rows, dst_address)
+    shifted = False
+    wide = SHIFTED_VEC.get(itemsize)
+    if shifted_reads and wide and vr * itemsize < 4 and int(src_address) % (wide * itemsize) == 0:
+        vr, shifted = wide, True
+    sides = TILE_SIDES[itemsize]
+    side = sides[0]
+    if len(sides) > 1 and math.prod(tile_grid(rows, cols, batch, side)) < SMALL_PROBLEM_BLOCKS[itemsize]:
+        side = sides[1]
+    return TileConfig(itemsize, vr, vw, side, shifted=shifted)
+
+
+def plan_permute(shape: Sequence[int], perm: Sequence[int], itemsize: int, src_address: int = 0,
+                 dst_address: int = 0, config: TileConfig | GatherConfig | None = None) -> PermutePlan:
+    """Plan the permute of a contiguous tensor of `shape` (elements of `itemsize` bytes at
+    `src_address`) into a contiguous output at `dst_address`. `config` forces a kernel
+    configuration (for tuning); a TileConfig must fit the element size, sides and alignment."""
+    shape, perm = check_permutation(shape, perm)
+    if itemsize not in (1, 2, 4, 8):
+        raise PermuteError(f"element size {itemsize} is not 1, 2, 4 or 8 bytes")
+    simple = simplify(shape, perm)
+    if math.prod(shape) == 0:
+        return PermutePlan(shape, perm, itemsize, simple, None)
+    if simple.ndim > MAX_DIMS:
+        raise PermuteError(f"{simple.ndim} dimensions remain after merging {shape} by {perm}; "
+                           f"the kernels take at most {MAX_DIMS}")
+    addresses = (src_address, dst_address)
+    if not simple.last_dim_moves:
+        gather = config if isinstance(config, GatherConfig) else GATHER_CONFIG
+        kernel: GatherPlan | TilePlan = _gather_plan(simple, itemsize, addresses, gather)
+    else:
+        kernel = _tile_plan(simple, itemsize, addresses, config if isinstance(config, TileConfig) else None)
+    return PermutePlan(shape, perm, itemsize, simple, kernel)
+
+
+def _gather_plan(simple: Simplified, itemsize: int, addresses: Sequence[int], config: GatherConfig) -> GatherPlan:
+    unit = movement_size(simple.shape[-1] * itemsize, itemsize, addresses)
+    scale = unit // itemsize
+    in_shape = simple.shape[:-1] + (simple.shape[-1] // scale,)
+    in_strides = contiguous_strides(in_shape)
+    out_sizes = tuple(in_shape[p] for p in simple.perm)
+    src_strides = tuple(in_strides[p] for p in simple.perm)
+    return GatherPlan(unit, out_sizes, src_strides, index_type(math.prod(in_shape)), config)
+
+
+def _tile_plan(simple: Simplified, itemsize: int, addresses: Sequence[int], tile: TileConfig | None) -> TilePlan:
+    n = simple.ndim
+    row_dim = simple.perm[-1]            # input dim that becomes the output's last
+    col_pos = simple.perm.index(n - 1)   # where the input's last dim lands in the output
+    in_strides = contiguous_strides(simple.shape)
+    out_strides = contiguous_strides(simple.out_shape)
+    out_pos = {d: k for k, d in enumerate(simple.perm)}
+    rows, cols = simple.shape[row_dim], simple.shape[-1]
+    batch = tuple(BatchDim(simple.shape[d], in_strides[d], out_strides[out_pos[d]])
+                  for d in reversed(range(n)) if d not in (row_dim, n - 1))
+    if tile is None:
+        config = choose_tile(itemsize, rows, cols, batch, *addresses)
+    elif tile.itemsize == itemsize and (tile.shifted or cols % tile.vec_read == 0) and rows % tile.vec_write == 0 \
+            and addresses[0] % (tile.vec_read * itemsize) == 0 and addresses[1] % (tile.vec_write * itemsize) == 0:
+        config = tile
+    else:
+        raise PermuteError(f"tile configuration {tile} does not fit elements of {itemsize} bytes, "
+                           f"sides {rows} x {cols} and addresses {tuple(addresses)}")
+    plan = TilePlan(config, rows, cols, in_strides[row_dim], out_strides[col_pos], batch,
+                    index_type(math.prod(simple.shape)),
+                    batch_transpose=simple.perm == tuple(range(n - 2)) + (n - 1, n - 2))
+    if plan.blocks >= 2**31:
+        raise PermuteError(f"{plan.blocks} tiles do not fit one grid")
+    return plan
