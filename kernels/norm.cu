@@ -1,0 +1,616 @@
+// LayerNorm and RMSNorm forward over the rows of a (rows, cols) matrix, training form:
+//
+//     LayerNorm: y = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + eps)
+//     RMSNorm:   y = x * rstd * gamma,                  rstd = 1 / sqrt(mean(x^2) + eps)
+//
+// with the per-row mean (LayerNorm) and rstd written as float32. Arithmetic is float whatever the
+// storage type T; y is rounded once, when it is stored.
+//
+// Optimized kernels (one read of x, one write of y):
+//   norm_warp        a group of W lanes (W = 1 ... 32) per row, the row kept in registers; R rows
+//                    per group at a time when one pack per lane covers the row (small cols);
+//   norm_block<.., true>   one block per row, the row kept in shared memory between the
+//                    statistics and the normalization;
+//   norm_block<.., false>  one block per row, no cache: x is read a second time (from L2) for y;
+//                    only for rows too long for shared memory.
+//
+// Statistics (LayerNorm): each thread runs Welford's update over its elements, the partial
+// states are combined with Chan et al.'s pairwise merge across lanes (shuffles) and warps (shared
+// memory). E[x^2] - E[x]^2 is never formed, so rows whose mean is large against their spread
+// (mean 1e4, std 1) do not cancel catastrophically. Two more details keep such rows exact:
+//   - the values are shifted by the row's first element K before the update. Welford's mean of
+//     x - K is then of the order of the spread, not of the mean, so the float32 rounding of the
+//     mean (half an ulp of 1e4 is 5e-4, far more than the float32 tolerance of y) never reaches
+//     y = ((x - K) - mean') * rstd; the mean written out is K + mean'.
+//   - merges are ordered (the lower lane's state first) so that both partners of a butterfly step
+//     compute bit-identical results: every lane normalizes its part of the row with the same
+//     statistics.
+//
+// Naive kernels (the multi-kernel starting point): a row-mean kernel, a two-pass variance kernel
+// that reads x again and writes rstd, and an elementwise normalization kernel that reads x a third
+// time (RMSNorm: a mean-of-squares kernel and the normalization).
+//
+// Indices into x and y are 64-bit (rows * cols may exceed 2^31); column indices are 32-bit.
+
+#include "common.cuh"
+
+// Dynamic shared memory of norm_block<..., true>: one row of x in its storage type.
+extern __shared__ __align__(16) unsigned char norm_row_cache[];
+
+namespace normk {
+
+// Threads per block of norm_warp (several groups, or several warps of one group each).
+constexpr int kWarpBlock = 128;
+
+// Packs each thread loads before using any of them where the block kernels read x through
+// registers (the uncached tier, and scalar packs): several 16-byte loads in flight per thread.
+// (The cached tier with 16-byte packs copies global -> shared with cp.async instead: the whole row
+// is in flight at once without holding a register.)
+constexpr int kBlockLoadBatch = 4;
+
+// Packs per step of the cached block kernel's second pass: their gamma and beta loads are all
+// issued before the first is used (the uncached kernel, which also reloads x, takes 2).
+constexpr int kBlockStoreBatch = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Welford / Chan
+// ---------------------------------------------------------------------------------------------
+
+// A partial result: count, mean of the (shifted) values and M2, their sum of squared deviations
+// from that mean. The count is a float: exact up to 2^24, and it saves conversions in the merge.
+struct Welford {
+    float n;
+    float mean;
+    float m2;
+};
+
+// One element into a running state; `inv_count` is 1 / (count including this element). Callers
+// pass compile-time constants, so there is no division per element.
+__device__ __forceinline__ void welford_step(float v, float inv_count, float& mean, float& m2) {
+    const float d = v - mean;
+    mean = fmaf(d, inv_count, mean);
+    m2 = fmaf(d, v - mean, m2);
+}
+
+// Chan et al.: the state of the union of two disjoint sets. (0, 0, 0) is an exact identity on
+// either side, and a merge of two empty states stays (0, 0, 0) (no 0 / 0).
+__device__ __forceinline__ Welford chan_merge(const Welford& a, const Welford& b) {
+    const float n = a.n + b.n;
+    const float wb = __fdividef(b.n, fmaxf(n, 1.0f));
+    const float d = b.mean - a.mean;
+    Welford r;
+    r.n = n;
+    r.mean = fmaf(d, wb, a.mean);
+    r.m2 = a.m2 + b.m2 + d * d * a.n * wb;
+    return r;
+}
+
+// Butterfly merge within aligned groups of Width lanes; every lane ends with its group's state,
+// bit-identical across the group (each pair merges lower-then-upper). All 32 lanes must call it.
+template <int Width>
+__device__ __forceinline__ Welford warp_merge(Welford s) {
+    static_assert(Width >= 1 && Width <= 32 && (Width & (Width - 1)) == 0, "Width: a power of two <= 32");
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mask = Width / 2; mask > 0; mask /= 2) {
+        Welford o;
+        o.n = __shfl_xor_sync(0xffffffffu, s.n, mask);
+        o.mean = __shfl_xor_sync(0xffffffffu, s.mean, mask);
+        o.m2 = __shfl_xor_sync(0xffffffffu, s.m2, mask);
+        s = (lane & mask) ? chan_merge(o, s) : chan_merge(s, o);
+    }
+    return s;
+}
+
+// The same merge when every lane holds the same count n (a full row, no padding): Chan's formula
+// becomes mean = (a + b) / 2, M2 = M2a + M2b + d^2 n / 2, symmetric in the two lanes, so the result
+// is bit-identical across the group with no ordering and no division. n is a compile-time constant.
+template <int Width>
+__device__ __forceinline__ void warp_merge_equal(float& mean, float& m2, float n) {
+#pragma unroll
+    for (int mask = 1; mask < Width; mask *= 2) {
+        const float om = __shfl_xor_sync(0xffffffffu, mean, mask);
+        const float oq = __shfl_xor_sync(0xffffffffu, m2, mask);
+        const float d = om - mean;
+        mean = (mean + om) * 0.5f;
+        m2 = fmaf(d * d, n * 0.5f, m2 + oq);
+        n *= 2.0f;
+    }
+}
+
+// Merge over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// same state. Contains __syncthreads: all threads must call it. The trailing barrier lets the
+// caller call it again for the next row straight away.
+__device__ __forceinline__ Welford block_merge(Welford s) {
+    __shared__ float partial[3][32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    s = warp_merge<32>(s);
+    if (warps == 1) return s;  // uniform over the block: no barrier needed
+    if (lane == 0) {
+        partial[0][warp] = s.n;
+        partial[1][warp] = s.mean;
+        partial[2][warp] = s.m2;
+    }
+    __syncthreads();
+    Welford t = {0.0f, 0.0f, 0.0f};
+    if (lane < warps) {
+        t.n = partial[0][lane];
+        t.mean = partial[1][lane];
+        t.m2 = partial[2][lane];
+    }
+    t = warp_merge<32>(t);
+    __syncthreads();
+    return t;
+}
+
+// Welford over one pack's N values: the counts 1 ... N are constants.
+template <int N>
+__device__ __forceinline__ Welford pack_welford(const float (&v)[N]) {
+    float mean = 0.0f, m2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) welford_step(v[j], 1.0f / static_cast<float>(j + 1), mean, m2);
+    Welford s;
+    s.n = static_cast<float>(N);
+    s.mean = mean;
+    s.m2 = m2;
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loads, stores and the affine step
+// ---------------------------------------------------------------------------------------------
+
+template <typename T, int N>
+__device__ __forceinline__ bw::Pack<T, N> load_pack(const T* p) {
+    return *reinterpret_cast<const bw::Pack<T, N>*>(p);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void to_floats(const bw::Pack<T, N>& p, float* f) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) f[j] = bw::to_float(p.v[j]);
+}
+
+// Narrowing a pack of floats: two elements per instruction for the 16-bit types on sm_80+
+// (cvt.rn.{f16,bf16}x2.f32 rounds to nearest even, exactly as one cvt per element does).
+template <typename T>
+struct Narrow {
+    template <int N>
+    static __device__ __forceinline__ void run(const float (&f)[N], bw::Pack<T, N>& p) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) p.v[j] = bw::from_float<T>(f[j]);
+    }
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+template <typename T, int kIsHalf>
+struct NarrowPairs {
+    // Builds the pack as 32-bit words (two elements each), so no shifts or byte permutes are
+    // needed between the conversion and the store.
+    template <int N>
+    static __device__ __forceinline__ void run(const float (&f)[N], bw::Pack<T, N>& p) {
+        if constexpr (N % 2 == 0) {
+            bw::Pack<unsigned int, N / 2> words;
+#pragma unroll
+            for (int j = 0; j < N; j += 2) {
+                unsigned int r;
+                if constexpr (kIsHalf) {
+                    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(f[j + 1]), "f"(f[j]));
+                } else {
+                    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(f[j + 1]), "f"(f[j]));
+                }
+                words.v[j / 2] = r;
+            }
+            p = *reinterpret_cast<const bw::Pack<T, N>*>(&words);
+        } else {
+#pragma unroll
+            for (int j = 0; j < N; ++j) p.v[j] = bw::from_float<T>(f[j]);
+        }
+    }
+};
+template <>
+struct Narrow<half_t> : NarrowPairs<half_t, 1> {};
+template <>
+struct Narrow<bf16_t> : NarrowPairs<bf16_t, 0> {};
+#endif
+
+// y = (v - mean) * rstd * gamma + beta, written as fma(fma(v, a, c), gamma, beta) with a = rstd and
+// c = -mean * rstd (v and mean shifted, so c is of the order of 1 and costs no accuracy);
+// RMSNorm: y = v * a * gamma.
+template <typename T, bool kRms, int N>
+__device__ __forceinline__ void store_normalized(T* dst, const float* v, float a, float c, const float* g,
+                                                 const float* b) {
+    float out[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        if constexpr (kRms) {
+            out[j] = v[j] * a * g[j];
+        } else {
+            out[j] = fmaf(fmaf(v[j], a, c), g[j], b[j]);
+        }
+    }
+    bw::Pack<T, N> p;
+    Narrow<T>::run(out, p);
+    *reinterpret_cast<bw::Pack<T, N>*>(dst) = p;
+}
+
+// Asynchronous 16-byte copy global -> shared (sm_80+): the data bypasses the registers, so a
+// thread can have its whole part of the row in flight at once.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+
+// Waits for this thread's cp.async copies; they are then visible to this thread.
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+}  // namespace normk
+
+// =============================================================================================
+// Optimized: a group of W lanes per row, the row in registers.
+//
+// Lane l of a group holds packs p = 0 ... C/N - 1 at columns (p * W + l) * N: each pack load of
+// the group is one contiguous, coalesced access. Packs past the row end (cols < C * W) are not
+// loaded; they are always a suffix of a lane's packs, so the count of element i, when it is
+// valid, is i + 1, a constant. The row loop is uniform over the block (rows past the end are
+// predicated, not skipped), which keeps every shuffle converged. Where registers allow (C * R <=
+// 16) a lane keeps its gamma and beta as floats for the whole kernel (its columns never change).
+// =============================================================================================
+template <typename T, bool kRms, int N, int C, int W, int R>
+__global__ void __launch_bounds__(normk::kWarpBlock, 4)
+norm_warp(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+          int cols, float eps) {
+    static_assert(C % N == 0, "C must be a multiple of N");
+    static_assert(W >= 1 && W <= 32 && (W & (W - 1)) == 0 && normk::kWarpBlock % W == 0, "bad W");
+    static_assert(R >= 1, "bad R");
+    constexpr int P = C / N;                   // packs per lane per row
+    constexpr int G = normk::kWarpBlock / W;   // groups per block
+    constexpr bool kCacheParams = C * R <= 16;  // registers allowing
+    constexpr int kParams = kCacheParams ? C : 1;
+    const int lane = threadIdx.x % W;
+    const int group = threadIdx.x / W;
+
+    bool pack_valid[P];
+    int valid_packs = 0;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        pack_valid[p] = (p * W + lane) * N < cols;
+        valid_packs += pack_valid[p] ? 1 : 0;
+    }
+    const float count = static_cast<float>(valid_packs * N);
+    const float fcols = static_cast<float>(cols);
+    const bool full = cols == C * W;  // every lane holds C columns: the symmetric merge applies
+
+    float g_cache[kParams], b_cache[kParams];
+    if constexpr (kCacheParams) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const int col = (p * W + lane) * N;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                g_cache[p * N + j] = 0.0f;
+                b_cache[p * N + j] = 0.0f;
+            }
+            if (pack_valid[p]) {
+                normk::to_floats(normk::load_pack<T, N>(gamma + col), &g_cache[p * N]);
+                if constexpr (!kRms) {
+                    normk::to_floats(normk::load_pack<T, N>(beta + col), &b_cache[p * N]);
+                }
+            }
+        }
+    }
+
+    const i64 step = static_cast<i64>(gridDim.x) * G * R;
+    for (i64 base = static_cast<i64>(blockIdx.x) * G * R; base < rows; base += step) {
+        const i64 row0 = base + static_cast<i64>(group) * R;
+        float v[R][C];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const bool row_ok = row0 + r < rows;
+            const T* xr = x + (row0 + r) * cols;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                if (row_ok && pack_valid[p]) {
+                    normk::to_floats(normk::load_pack<T, N>(xr + (p * W + lane) * N),
+                                     &v[r][p * N]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) v[r][p * N + j] = 0.0f;
+                }
+            }
+        }
+
+        float scale[R], offset[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float mean = 0.0f, rstd;
+            if constexpr (kRms) {
+                float ss = 0.0f;
+#pragma unroll
+                for (int i = 0; i < C; ++i) ss = fmaf(v[r][i], v[r][i], ss);  // padding is 0
+                ss = bw::warp_allreduce<bw::SumOp, W>(ss);
+                rstd = rsqrtf(ss / fcols + eps);
+                offset[r] = 0.0f;
+            } else {
+                // Element 0 of lane 0's first pack is x[row, 0].
+                const float k = __shfl_sync(0xffffffffu, v[r][0], 0, W);
+                float m2 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < C; ++i) v[r][i] -= k;
+                if (full) {
+#pragma unroll
+                    for (int i = 0; i < C; ++i) normk::welford_step(v[r][i], 1.0f / static_cast<float>(i + 1), mean, m2);
+                    normk::warp_merge_equal<W>(mean, m2, static_cast<float>(C));
+                } else {
+#pragma unroll
+                    for (int p = 0; p < P; ++p) {
+                        if (!pack_valid[p]) continue;
+#pragma unroll
+                        for (int j = 0; j < N; ++j) {
+                            const int i = p * N + j;
+                            normk::welford_step(v[r][i], 1.0f / static_cast<float>(i + 1), mean, m2);
+                        }
+                    }
+                    normk::Welford s;
+                    s.n = count;
+                    s.mean = mean;
+                    s.m2 = m2;
+                    s = normk::warp_merge<W>(s);
+                    mean = s.mean;
+                    m2 = s.m2;
+                }
+                rstd = rsqrtf(m2 / fcols + eps);
+                offset[r] = -mean * rstd;
+                if (lane == 0 && row0 + r < rows) mean_out[row0 + r] = k + mean;
+            }
+            scale[r] = rstd;
+            if (lane == 0 && row0 + r < rows) rstd_out[row0 + r] = rstd;
+        }
+
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            if (!pack_valid[p]) continue;
+            const int col = (p * W + lane) * N;
+            float g[N], b[N];
+            if constexpr (kCacheParams) {
+#pragma unroll
+                for (int j = 0; j < N; ++j) {
+                    g[j] = g_cache[p * N + j];
+                    b[j] = b_cache[p * N + j];
+                }
+            } else {
+                normk::to_floats(normk::load_pack<T, N>(gamma + col), g);
+                if constexpr (!kRms) normk::to_floats(normk::load_pack<T, N>(beta + col), b);
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (row0 + r < rows) {
+                    normk::store_normalized<T, kRms, N>(y + (row0 + r) * cols + col, &v[r][p * N], scale[r],
+                                                        offset[r], g, b);
+                }
+            }
+        }
+    }
+}
+
+// =============================================================================================
+// Optimized: one block per row (grid-stride over rows). kCached: the row stays in shared memory
+// (dynamic, cols * sizeof(T) bytes) between the two passes; otherwise the second pass reads x
+// again. Thread t owns packs t, t + blockDim.x, ... in every pass, so it only ever reads back
+// what it wrote itself: the cache needs no barrier of its own. With 16-byte packs the row is
+// copied into the cache with cp.async, all of it requested before any of it is used.
+// =============================================================================================
+template <typename T, bool kRms, int N, bool kCached>
+__global__ void __launch_bounds__(1024, 1)
+norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+           int cols, float eps) {
+    using PackT = bw::Pack<T, N>;
+    constexpr bool kAsync = kCached && sizeof(PackT) == 16;
+    constexpr int U = normk::kBlockLoadBatch;
+    constexpr int V = kCached ? normk::kBlockStoreBatch : 2;
+    PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
+    const int packs = cols / N;
+    const int threads = blockDim.x;
+    const float fcols = static_cast<float>(cols);
+
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        const float k = kRms ? 0.0f : bw::to_float(xr[0]);
+        normk::Welford s = {0.0f, 0.0f, 0.0f};
+        float ss = 0.0f;
+        auto accumulate = [&](const PackT& pk) {
+            float f[N];
+            normk::to_floats(pk, f);
+            if constexpr (kRms) {
+#pragma unroll
+                for (int j = 0; j < N; ++j) ss = fmaf(f[j], f[j], ss);
+            } else {
+#pragma unroll
+                for (int j = 0; j < N; ++j) f[j] -= k;
+                s = normk::chan_merge(s, normk::pack_welford<N>(f));
+            }
+        };
+        if constexpr (kAsync) {
+            for (int i = threadIdx.x; i < packs; i += threads) normk::cp_async16(&cache[i], xr + i * N);
+            normk::cp_async_wait_all();
+            for (int i = threadIdx.x; i < packs; i += threads) accumulate(cache[i]);
+        } else {
+            for (int i0 = threadIdx.x; i0 < packs; i0 += U * threads) {
+                PackT batch[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int i = i0 + u * threads;
+                    if (i < packs) batch[u] = normk::load_pack<T, N>(xr + i * N);
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int i = i0 + u * threads;
+                    if (i < packs) {
+                        if constexpr (kCached) cache[i] = batch[u];
+                        accumulate(batch[u]);
+                    }
+                }
+            }
+        }
+
+        float mean, rstd;
+        if constexpr (kRms) {
+            ss = bw::block_allreduce<bw::SumOp>(ss);
+            mean = 0.0f;
+            rstd = rsqrtf(ss / fcols + eps);
+        } else {
+            s = normk::block_merge(s);
+            mean = s.mean;
+            rstd = rsqrtf(s.m2 / fcols + eps);
+        }
+        if (threadIdx.x == 0) {
+            if constexpr (!kRms) mean_out[row] = k + mean;
+            rstd_out[row] = rstd;
+        }
+        const float offset = -mean * rstd;
+
+        T* yr = y + row * cols;
+        for (int i0 = threadIdx.x; i0 < packs; i0 += V * threads) {
+            // Issue every global load of the step first (gamma, beta, and uncached x); the cached
+            // x is read from shared memory right where it is used (a short latency).
+            PackT xs[kCached ? 1 : V], gs[V], bs[V];
+#pragma unroll
+            for (int u = 0; u < V; ++u) {
+                const int i = i0 + u * threads;
+                if (i < packs) {
+                    if constexpr (!kCached) xs[u] = normk::load_pack<T, N>(xr + i * N);
+                    gs[u] = normk::load_pack<T, N>(gamma + i * N);
+                    if constexpr (!kRms) bs[u] = normk::load_pack<T, N>(beta + i * N);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < V; ++u) {
+                const int i = i0 + u * threads;
+                if (i < packs) {
+                    float f[N], g[N], b[N];
+                    if constexpr (kCached) {
+                        normk::to_floats(cache[i], f);
+                    } else {
+                        normk::to_floats(xs[u], f);
+                    }
+                    normk::to_floats(gs[u], g);
+                    if constexpr (!kRms) {
+                        normk::to_floats(bs[u], b);
+#pragma unroll
+                        for (int j = 0; j < N; ++j) f[j] -= k;
+                    }
+                    normk::store_normalized<T, kRms, N>(yr + i * N, f, rstd, offset, g, b);
+                }
+            }
+        }
+    }
+}
+
+// =============================================================================================
+// Naive: one kernel per step, each reading x from global memory again.
+// =============================================================================================
+
+namespace normk {
+
+// row = i / cols kept up to date along a grid-stride walk of the flat index i with additions
+// only (a 64-bit division per element would make the elementwise kernel compute-bound).
+struct FlatCursor {
+    i64 row, col, row_step, col_step, cols;
+
+    __device__ __forceinline__ FlatCursor(i64 i, i64 stride, i64 cols_) : cols(cols_) {
+        row = i / cols;
+        col = i - row * cols;
+        row_step = stride / cols;
+        col_step = stride - row_step * cols;
+    }
+
+    __device__ __forceinline__ void next() {
+        row += row_step;
+        col += col_step;
+        if (col >= cols) {
+            col -= cols;
+            ++row;
+        }
+    }
+};
+
+}  // namespace normk
+
+// mean[r] = sum_c x[r, c] / cols   (one block per row, grid-stride)
+template <typename T>
+__global__ void naive_row_mean(const T* __restrict__ x, float* __restrict__ mean, i64 rows, i64 cols) {
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        float s = 0.0f;
+        for (i64 c = threadIdx.x; c < cols; c += blockDim.x) s += bw::to_float(xr[c]);
+        s = bw::block_allreduce<bw::SumOp>(s);
+        if (threadIdx.x == 0) mean[row] = s / static_cast<float>(cols);
+    }
+}
+
+// rstd[r] = 1 / sqrt(sum_c (x[r, c] - mean[r])^2 / cols + eps)   (the second pass over x)
+template <typename T>
+__global__ void naive_row_rstd(const T* __restrict__ x, const float* __restrict__ mean,
+                               float* __restrict__ rstd, i64 rows, i64 cols, float eps) {
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        const float m = mean[row];
+        float s = 0.0f;
+        for (i64 c = threadIdx.x; c < cols; c += blockDim.x) {
+            const float d = bw::to_float(xr[c]) - m;
+            s = fmaf(d, d, s);
+        }
+        s = bw::block_allreduce<bw::SumOp>(s);
+        if (threadIdx.x == 0) rstd[row] = rsqrtf(s / static_cast<float>(cols) + eps);
+    }
+}
+
+// rstd[r] = 1 / sqrt(sum_c x[r, c]^2 / cols + eps)   (RMSNorm's only statistic)
+template <typename T>
+__global__ void naive_row_rms(const T* __restrict__ x, float* __restrict__ rstd, i64 rows, i64 cols,
+                              float eps) {
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * cols;
+        float s = 0.0f;
+        for (i64 c = threadIdx.x; c < cols; c += blockDim.x) {
+            const float v = bw::to_float(xr[c]);
+            s = fmaf(v, v, s);
+        }
+        s = bw::block_allreduce<bw::SumOp>(s);
+        if (threadIdx.x == 0) rstd[row] = rsqrtf(s / static_cast<float>(cols) + eps);
+    }
+}
+
+// y[r, c] = (x[r, c] - mean[r]) * rstd[r] * gamma[c] + beta[c]   (RMSNorm: x * rstd * gamma)
+template <typename T, bool kRms>
+__global__ void naive_normalize(const T* __restrict__ x, const float* __restrict__ mean,
+                                const float* __restrict__ rstd, const T* __restrict__ gamma,
+                                const T* __restrict__ beta, T* __restrict__ y, i64 rows, i64 cols) {
+    const i64 n = rows * cols;
+    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+    i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    normk::FlatCursor cur(i, stride, cols);
+    for (; i < n; i += stride, cur.next()) {
+        const float v = bw::to_float(x[i]);
+        const float g = bw::to_float(gamma[cur.col]);
+        if constexpr (kRms) {
+            y[i] = bw::from_float<T>(v * rstd[cur.row] * g);
+        } else {
+            y[i] = bw::from_float<T>(fmaf((v - mean[cur.row]) * rstd[cur.row], g, bw::to_float(beta[cur.col])));
+        }
+    }
+}

@@ -1,0 +1,374 @@
+"""LayerNorm / RMSNorm on the CPU: byte models, tier choice, declared instantiations, the float64
+references, and the Welford + Chan statistics of kernels/norm.cu emulated in NumPy float32 on rows
+where E[x^2] - E[x]^2 cancels catastrophically."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from bwbench.check import compare
+from bwbench.cuda import norm
+from bwbench.discovery import get_suite
+from bwbench.suite import Skip
+
+F32 = np.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Suites: byte models, sweep, tolerances
+# ---------------------------------------------------------------------------------------------
+
+
+def test_layernorm_byte_model_by_hand():
+    suite = get_suite("layernorm")
+    case = next(c for c in suite.cases(axis_values={"cols": [4096]}))
+    assert (case.rows, case.cols, case.dtype, case.eps) == (49152, 4096, "float16", 1e-5)
+    t = suite.compute_traffic(case)
+    # x (49152 x 4096 halves) + gamma + beta (4096 halves each) read; y + mean + rstd (float32) written.
+    assert t.read == 49152 * 4096 * 2 + 2 * 4096 * 2
+    assert t.write == 49152 * 4096 * 2 + 2 * 49152 * 4
+
+
+def test_rmsnorm_byte_model_by_hand():
+    suite = get_suite("rmsnorm")
+    case = next(c for c in suite.cases(dtypes=["float32"], axis_values={"cols": [32]}))
+    t = suite.compute_traffic(case)
+    assert t.read == 49152 * 32 * 4 + 32 * 4
+    assert t.write == 49152 * 32 * 4 + 49152 * 4
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+def test_sweep_quick_and_eps_option(name):
+    suite = get_suite(name)
+    cases = suite.cases()
+    assert [c.cols for c in cases] == [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    assert {c.rows for c in cases} == {49152} and {c.dtype for c in cases} == {"float16"}
+    assert [c.cols for c in suite.cases(quick=True)] == [32, 1024, 32768]
+    assert {c.eps for c in suite.cases(axis_values={"eps": suite.parse_axis_values("eps", ["1e-6"])})} == {1e-6}
+    assert set(suite.implementations) == {"optimized", "naive", "cudnn", "torch", "compiled"}
+    assert {i.kind for i in suite.implementations.values()} == {"cuda", "naive", "cudnn", "torch", "compiled"}
+    assert set(suite.dtypes) == {"float16", "bfloat16", "float32"}
+
+
+def test_tolerances_one_per_output():
+    ln, rms = get_suite("layernorm"), get_suite("rmsnorm")
+    for dtype in ("float16", "bfloat16", "float32"):
+        y, mean, rstd = ln.tolerance(dtype)
+        assert y.atol >= 1e-5 and y.rtol <= 1.6e-2
+        assert (mean.rtol, rstd.rtol) == (1e-5, 1e-5)
+        y, rstd = rms.tolerance(dtype)
+        assert rstd.rtol == 1e-5
+    assert ln.tolerance("float32")[0].rtol == 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# Tier choice and the kernels it names
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ctype", ["half_t", "bf16_t", "float"])
+def test_every_warp_choice_is_instantiated(ctype):
+    declared = set(norm.OPTIMIZED[(ctype, False)].name_expressions)
+    declared_rms = set(norm.OPTIMIZED[(ctype, True)].name_expressions)
+    for pack in (norm.full_pack(ctype), 1):
+        for cols in range(1, norm.WARP_MAX_COLS + 1):
+            config = norm.warp_config(cols, pack)
+            if cols % pack:
+                assert config is None
+                continue
+            assert config is not None, (cols, pack)
+            assert config.name(ctype, False) in declared, (cols, pack, config)
+            assert config.name(ctype, True) in declared_rms, (cols, pack, config)
+            # The lanes cover the row, with less than half of them padding.
+            assert config.cols_per_thread * config.width >= cols
+            assert config.cols_per_thread * config.width < 2 * cols or config.width == 1 or cols > 1024
+        assert norm.warp_config(norm.WARP_MAX_COLS + pack, pack) is None
+
+
+def test_warp_configs_read_like_the_article():
+    assert norm.warp_config(32, 8) == norm.WarpConfig(8, 16, 2, 2)     # 2 lanes x 16 halves, 2 rows
+    assert norm.warp_config(256, 8) == norm.WarpConfig(8, 16, 16, 2)   # half a warp, two packs per lane
+    assert norm.warp_config(512, 8) == norm.WarpConfig(8, 16, 32, 2)
+    assert norm.warp_config(1024, 8) == norm.WarpConfig(8, 32, 32, 1)  # a warp, 4 packs per lane
+    assert norm.warp_config(768, 8) == norm.WarpConfig(8, 24, 32, 1)
+    assert norm.warp_config(1024, 4) == norm.WarpConfig(4, 32, 32, 1)
+    assert norm.warp_config(1536, 8) == norm.WarpConfig(8, 48, 32, 1)
+    assert norm.warp_config(2048, 8) == norm.WarpConfig(8, 64, 32, 1)
+    assert norm.warp_config(1100, 4) == norm.WarpConfig(4, 48, 32, 1)
+    assert norm.warp_config(2047, 1) == norm.WarpConfig(1, 64, 32, 1)
+    assert norm.warp_config(8, 8) == norm.WarpConfig(8, 8, 1, 2)
+    assert norm.warp_config(1, 1) == norm.WarpConfig(1, 1, 1, 2)
+    assert norm.warp_config(33, 1) == norm.WarpConfig(1, 2, 32, 2)
+    assert norm.warp_config(65, 1) == norm.WarpConfig(1, 4, 32, 1)
+    assert norm.warp_config(1000, 1) == norm.WarpConfig(1, 32, 32, 1)
+    assert norm.WarpConfig(8, 16, 2, 2).rows_per_block == 128 // 2 * 2
+
+
+class FakeGPU:
+    """Occupancy like an H100's SM: 2048 threads, 32 blocks, 228 KiB shared memory, `regs` registers
+    a thread for every kernel."""
+
+    def __init__(self, regs: int = 48, smem_per_sm: int = 228 * 1024) -> None:
+        self.regs, self.smem_per_sm, self.calls = regs, smem_per_sm, []
+
+    def __call__(self, name: str, block: int, smem: int) -> int:
+        self.calls.append((name, block, smem))
+        by_threads = 2048 // block
+        by_regs = 65536 // (self.regs * block)
+        by_smem = self.smem_per_sm // (smem + 1024) if smem else 32
+        return max(0, min(32, by_threads, by_regs, by_smem))
+
+
+def test_plan_picks_the_tier_by_cols():
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    p = norm.plan(1024, "half_t", False, 8, gpu, limit)
+    assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("warp", "norm_warp<half_t, false, 8, 32, 32, 1>", 128, 0)
+    assert p.alternatives == () and p.candidates == (p,)
+    # 2 KiB rows: the warp tier (64 columns a lane), timed against the shared-memory tier.
+    p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
+    assert (p.tier, p.kernel) == ("warp", "norm_warp<half_t, false, 8, 48, 32, 1>")
+    assert {c.tier for c in p.alternatives} == {"smem"}
+    # 8 KiB rows: small blocks, so that many rows are in flight (21 two-warp blocks an SM here;
+    # one-warp blocks would fit 25 but need twice the second-pass steps).
+    p = norm.plan(4096, "half_t", True, 8, gpu, limit)
+    assert (p.tier, p.kernel, p.smem_bytes, p.rows_per_block) == ("smem", "norm_block<half_t, true, 8, true>", 8192, 1)
+    assert p.block == 64 and {c.block for c in p.candidates} == {32, 64, 128, 256, 512}
+    assert all(c.tier == "smem" and c.kernel == p.kernel for c in p.candidates)
+    # 64 KiB rows: shared memory allows 3 blocks an SM whatever their size; larger blocks then
+    # only shorten the second pass, until registers allow fewer blocks (512 x 48 registers: 2).
+    p = norm.plan(32768, "half_t", False, 8, gpu, limit)
+    assert (p.tier, p.block, p.smem_bytes) == ("smem", 256, 65536)
+    assert p.candidates[0] is p and {c.block for c in p.candidates} == set(norm.BLOCK_SIZES)
+    # 128 KiB rows (float32): one block an SM, so the largest block.
+    p = norm.plan(32768, "float", False, 4, gpu, limit)
+    assert (p.tier, p.block) == ("smem", 512)
+    # Longer than shared memory: the uncached tier, and no occupancy query for the cached kernel.
+    gpu.calls.clear()
+    p = norm.plan(200_000, "half_t", False, 8, gpu, limit)
+    assert (p.tier, p.kernel) == ("uncached", "norm_block<half_t, false, 8, false>")
+    assert p.block in norm.BLOCK_SIZES and all(c.tier == "uncached" for c in p.candidates)
+    assert all("true>" not in name for name, *_ in gpu.calls)
+
+
+def test_rank_blocks_follows_the_latency_model():
+    # Every block fits 4 a SM: the largest block has the fewest second-pass steps.
+    assert norm.rank_blocks(4096, 1 << 17, True, lambda b: 4)[0] == 512
+    # Resident blocks inversely proportional to their size: the smallest wins (rows in flight).
+    assert norm.rank_blocks(256, 1 << 13, True, lambda b: 1024 // b)[0] == 32
+    # Blocks that cannot launch or would idle are never candidates.
+    assert norm.rank_blocks(100, 400, True, lambda b: 0 if b == 64 else 8) == [32, 128]
+    assert norm.rank_blocks(10, 40, False, lambda b: 8) == [32]
+    assert norm.rank_blocks(10, 40, False, lambda b: 0) == []
+
+
+def test_plan_forced_tiers():
+    gpu, limit = FakeGPU(), 200 * 1024
+    assert norm.plan(33, "float", False, 1, gpu, limit, tier="smem").kernel == "norm_block<float, false, 1, true>"
+    assert norm.plan(33, "float", False, 1, gpu, limit, tier="uncached").kernel == "norm_block<float, false, 1, false>"
+    assert norm.plan(33, "float", False, 1, gpu, limit, tier="uncached", block=96).block == 96
+    forced = norm.plan(5000, "float", False, 4, gpu, limit, tier="smem", block=64)
+    assert (forced.block, forced.alternatives) == (64, ())
+    assert norm.plan(2048, "float", False, 4, gpu, limit, tier="warp").alternatives == ()
+    with pytest.raises(ValueError, match="multiple of 32"):
+        norm.plan(5000, "float", False, 4, gpu, limit, block=100)
+    assert norm.plan(33, "float", True, 1, gpu, limit, tier="warp").kernel == "norm_warp<float, true, 1, 2, 32, 2>"
+    with pytest.raises(ValueError, match="at most 2048 columns"):
+        norm.plan(4096, "float", False, 4, gpu, limit, tier="warp")
+    with pytest.raises(ValueError, match="does not fit"):
+        norm.plan(200_000, "float", False, 4, gpu, limit, tier="smem")
+    with pytest.raises(ValueError, match="unknown tier"):
+        norm.plan(64, "float", False, 4, gpu, limit, tier="fast")
+
+
+def test_every_planned_kernel_is_declared():
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    for ctype in ("half_t", "bf16_t", "float"):
+        for rms in (False, True):
+            declared = set(norm.OPTIMIZED[(ctype, rms)].name_expressions)
+            for cols in [1, 2, 3, 31, 33, 100, 1000, 1023, 1024, 1025, 4097, 32768, 300_000]:
+                for pack in (norm.full_pack(ctype), 1):
+                    if cols % pack:
+                        continue
+                    for tier in (None, "smem", "uncached"):
+                        try:
+                            p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier)
+                        except ValueError:
+                            continue
+                        assert p.kernel in declared
+
+
+def test_naive_source_declares_every_launch():
+    names = set(norm.NAIVE.name_expressions)
+    for t in ("half_t", "bf16_t", "float"):
+        assert {f"naive_row_mean<{t}>", f"naive_row_rstd<{t}>", f"naive_row_rms<{t}>",
+                f"naive_normalize<{t}, false>", f"naive_normalize<{t}, true>"} <= names
+
+
+# ---------------------------------------------------------------------------------------------
+# float64 references
+# ---------------------------------------------------------------------------------------------
+
+
+def test_references_match_numpy(monkeypatch):
+    monkeypatch.setattr(norm, "REFERENCE_CHUNK_ELEMENTS", 7 * 33)  # several chunks, a ragged last one
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(50, 33, generator=gen) * 3 + 2
+    g, b = torch.randn(33, generator=gen), torch.randn(33, generator=gen)
+    y, mean, rstd = norm.layer_norm_reference(x, g, b, 1e-5)
+    xn = x.double().numpy()
+    m = xn.mean(1)
+    r = 1 / np.sqrt(xn.var(1) + 1e-5)
+    np.testing.assert_allclose(mean.numpy(), m, rtol=1e-13)
+    np.testing.assert_allclose(rstd.numpy(), r, rtol=1e-13)
+    np.testing.assert_allclose(y.numpy(), (xn - m[:, None]) * r[:, None] * g.double().numpy() + b.double().numpy(),
+                               rtol=1e-12, atol=1e-12)
+    y, rstd = norm.rms_norm_reference(x, g, 1e-5)
+    r = 1 / np.sqrt((xn * xn).mean(1) + 1e-5)
+    np.testing.assert_allclose(rstd.numpy(), r, rtol=1e-13)
+    np.testing.assert_allclose(y.numpy(), xn * r[:, None] * g.double().numpy(), rtol=1e-12)
+    assert y.dtype == torch.float64 and rstd.shape == (50,)
+
+
+def test_torch_baselines_pass_the_suite_check_in_float32():
+    """The eager baselines return the suite's outputs (shapes, float32 statistics) and pass its
+    tolerances on the CPU: the tolerances are honest for an ordinary float32 implementation."""
+    for name in ("layernorm", "rmsnorm"):
+        suite = get_suite(name)
+        case = next(c for c in suite.cases(dtypes=["float32"], axis_values={"rows": [64], "cols": [1000]}))
+        gen = torch.Generator().manual_seed(3)
+        inputs = suite.make_inputs(case, gen)
+        out = suite.implementations["torch"].build(case)(**inputs)
+        ref = suite.compute_reference(**inputs)
+        assert [tuple(o.shape) for o in out] == [tuple(r.shape) for r in ref]
+        assert all(o.dtype == torch.float32 for o in out)
+        check = compare(out, ref, suite.tolerance("float32"))
+        assert check.passed, check.message
+
+
+def test_cudnn_frontend_missing_is_a_clean_skip(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cudnn", None)  # makes `import cudnn` fail
+    with pytest.raises(Skip, match=r"nvidia-cudnn-frontend is not installed \(pip install bwbench\[cudnn\]\)"):
+        norm.CudnnNorm(8, 64, torch.float16, 1e-5, rms=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Welford + Chan as kernels/norm.cu computes them, in NumPy float32 (vectorized over rows)
+# ---------------------------------------------------------------------------------------------
+
+
+def _fma(a, b, c):
+    # float32 fma: the float64 product of two float32 values is exact; one rounding to float32
+    # (up to a rare double rounding, irrelevant at the 1e-5 level checked here).
+    return (a.astype(np.float64) * b + c).astype(F32)
+
+
+def _chan(a, b):
+    na, ma, qa = a
+    nb, mb, qb = b
+    n = (na + nb).astype(F32)
+    wb = (nb / np.maximum(n, F32(1))).astype(F32)
+    d = (mb - ma).astype(F32)
+    return n, _fma(d, wb, ma), (qa + qb + d * d * na * wb).astype(F32)
+
+
+def _butterfly(states):
+    """The kernels' ordered butterfly over len(states) lanes (a power of two): lower lane first."""
+    width = len(states)
+    mask = width // 2
+    while mask:
+        states = [_chan(states[l ^ mask], states[l]) if l & mask else _chan(states[l], states[l ^ mask])
+                  for l in range(width)]
+        mask //= 2
+    assert all(np.array_equal(s[1], states[0][1]) for s in states), "lanes must agree bit for bit"
+    return states[0]
+
+
+def welford_chan_statistics(x: np.ndarray, lanes: int, eps: float):
+    """mean, rstd and the shifted mean of every row of float32 x, as norm_warp computes them:
+    shift by x[:, 0], Welford per lane over columns lane, lane + lanes, ... (counts as constants),
+    then the ordered butterfly; lanes > 32 merge a warp at a time, then across warps as
+    block_merge does."""
+    rows, cols = x.shape
+    k = x[:, 0].copy()
+    states = []
+    for lane in range(lanes):
+        mean = np.zeros(rows, F32)
+        m2 = np.zeros(rows, F32)
+        count = 0
+        for c in range(lane, cols, lanes):
+            count += 1
+            v = (x[:, c] - k).astype(F32)
+            d = (v - mean).astype(F32)
+            mean = _fma(d, F32(1.0 / count), mean)
+            m2 = _fma(d, (v - mean).astype(F32), m2)
+        states.append((np.full(rows, count, F32), mean, m2))
+    warps = [_butterfly(states[w:w + 32]) for w in range(0, lanes, 32)]
+    if len(warps) > 1:
+        empty = (np.zeros(rows, F32),) * 3
+        warps = [_butterfly(warps + [empty] * (32 - len(warps)))]
+    n, mean, m2 = warps[0]
+    rstd = (1 / np.sqrt((m2 / F32(cols)).astype(F32) + F32(eps))).astype(F32)
+    return (k + mean).astype(F32), rstd, mean
+
+
+def _cancellation_rows(rows: int, cols: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (1e4 + rng.standard_normal((rows, cols))).astype(F32)
+
+
+@pytest.mark.parametrize("cols,lanes", [(32, 4), (1000, 32), (4096, 256), (32768, 1024)])
+def test_welford_chan_on_catastrophic_cancellation_rows(cols, lanes):
+    x = _cancellation_rows(16, cols, seed=cols)
+    eps = 1e-5
+    mean, rstd, shifted = welford_chan_statistics(x, lanes, eps)
+    x64 = x.astype(np.float64)
+    ref_mean = x64.mean(1)
+    ref_rstd = 1 / np.sqrt(x64.var(1) + eps)
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-5, atol=0)
+    np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5, atol=0)
+
+    # y as the kernel forms it, ((x - K) - mean') * rstd: within float32's own tolerance, though
+    # the float32 mean alone is off by up to half an ulp of 1e4 (5e-4).
+    gamma = np.random.default_rng(1).standard_normal(cols).astype(F32)
+    beta = np.random.default_rng(2).standard_normal(cols).astype(F32)
+    xs = (x - x[:, :1]).astype(F32)
+    y = _fma(((xs - shifted[:, None]).astype(F32) * rstd[:, None]).astype(F32), gamma, beta)
+    ref_y = (x64 - ref_mean[:, None]) * ref_rstd[:, None] * gamma + beta
+    np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
+
+
+def test_one_pass_formula_fails_on_the_same_rows():
+    """The rows really are hard: E[x^2] - E[x]^2 in float32 is off by orders of magnitude (or
+    negative, so its rstd is NaN), which is what Welford avoids."""
+    x = _cancellation_rows(16, 4096, seed=4096)
+    ex = x.mean(1, dtype=F32)
+    ex2 = (x * x).mean(1, dtype=F32)
+    var = ex2 - ex * ex
+    ref_var = x.astype(np.float64).var(1)
+    assert np.all(~np.isfinite(np.sqrt(np.maximum(var, 0))) | (np.abs(var - ref_var) / ref_var > 1e-2))
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0, -3.25, 1e4, 65504.0])
+def test_constant_rows_give_rstd_of_eps(value):
+    x = np.full((4, 777), value, F32)
+    eps = 1e-5
+    mean, rstd, shifted = welford_chan_statistics(x, 32, eps)
+    np.testing.assert_array_equal(shifted, 0)  # x - K is exactly 0: no rounding at all
+    np.testing.assert_array_equal(mean, F32(value))
+    np.testing.assert_allclose(rstd, 1 / math.sqrt(eps), rtol=1e-6)
+
+
+def test_chan_merge_identity_and_empty_lanes():
+    rows = 3
+    a = (np.full(rows, 5, F32), np.array([1.5, -2, 7], F32), np.array([3, 0.25, 9], F32))
+    empty = (np.zeros(rows, F32),) * 3
+    for merged in (_chan(a, empty), _chan(empty, a)):
+        for got, want in zip(merged, a):
+            np.testing.assert_array_equal(got, want)
+    n, m, q = _chan(empty, empty)
+    assert not np.any(n) and not np.any(m) and not np.any(q)

@@ -1,0 +1,259 @@
+"""GPU checks of the LayerNorm / RMSNorm kernels (bwbench.cuda.norm) against the float64 references.
+
+Run with `pytest -m gpu`. Every tier is forced on odd shapes (cols = 1, 33, 1000, 1023, 4097 ...),
+in float16, bfloat16 and float32, with outputs poisoned with NaN first, and judged with the suites'
+own per-output tolerances (bwbench.check.compare). Numerics: rows of mean 1e4 and standard
+deviation 1 (where E[x^2] - E[x]^2 cancels) and constant rows (variance 0: rstd = 1/sqrt(eps)).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
+]
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+DTYPE_IDS = lambda d: str(d).removeprefix("torch.")  # noqa: E731
+EPS = 1e-5
+
+
+def _tolerance(rms: bool, dtype: torch.dtype):
+    from bwbench.discovery import get_suite
+
+    return get_suite("rmsnorm" if rms else "layernorm").tolerance(str(dtype).removeprefix("torch."))
+
+
+def _params(cols: int, dtype: torch.dtype, seed: int):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gamma = torch.randn(cols, generator=gen, device="cuda").to(dtype)
+    beta = torch.randn(cols, generator=gen, device="cuda").to(dtype)
+    return gamma, beta
+
+
+def _random(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(rows, cols, generator=gen, device="cuda").to(dtype)
+
+
+def _poisoned(x: torch.Tensor, rms: bool):
+    rows = x.shape[0]
+    stats = [torch.full((rows,), float("nan"), device=x.device) for _ in range(1 if rms else 2)]
+    return (torch.full_like(x, float("nan")), *stats)
+
+
+def _run(fn_name: str, x, gamma, beta, rms: bool, **kw):
+    from bwbench.cuda import norm
+
+    out = _poisoned(x, rms)
+    fn = getattr(norm, fn_name)
+    got = fn(x, gamma, EPS, out=out, **kw) if rms else fn(x, gamma, beta, EPS, out=out, **kw)
+    assert all(g is o for g, o in zip(got, out)), "must write into out="
+    torch.cuda.synchronize()
+    return got
+
+
+def _check(got, x, gamma, beta, rms: bool, what: str):
+    from bwbench.check import compare
+    from bwbench.cuda import norm
+
+    ref = norm.rms_norm_reference(x, gamma, EPS) if rms else norm.layer_norm_reference(x, gamma, beta, EPS)
+    result = compare(got, ref, _tolerance(rms, x.dtype))
+    assert result.passed, f"{what}: {result.message}"
+
+
+CASES = [(1, 1), (7, 33), (5, 64), (256, 1000), (3, 1023), (64, 1024), (5, 1500), (5, 1544), (130, 2048),
+         (9, 4097), (4, 32768)]
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_optimized_matches_reference(dtype, tier, rms):
+    from bwbench.cuda import norm
+
+    for rows, cols in CASES:
+        if tier == "warp" and cols > norm.WARP_MAX_COLS:
+            continue
+        x = _random(rows, cols, dtype, seed=rows * 7919 + cols)
+        gamma, beta = _params(cols, dtype, seed=cols)
+        got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier)
+        _check(got, x, gamma, beta, rms, f"tier={tier} ({rows}, {cols}) {dtype}")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_naive_matches_reference(dtype, rms):
+    for rows, cols in CASES:
+        x = _random(rows, cols, dtype, seed=rows + cols)
+        gamma, beta = _params(cols, dtype, seed=cols + 1)
+        got = _run("naive_rms_norm" if rms else "naive_layer_norm", x, gamma, beta, rms)
+        _check(got, x, gamma, beta, rms, f"naive ({rows}, {cols}) {dtype}")
+
+
+@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_misaligned_pointers_fall_back_to_scalar_packs(dtype, tier):
+    """x, gamma and y one element past a 16-byte boundary: contiguous, but no 16-byte pack fits."""
+    rows, cols = 37, 512
+    base = _random(rows * cols + 1, 1, dtype, seed=5).view(-1)
+    x = base[1:].view(rows, cols)
+    assert x.is_contiguous() and x.data_ptr() % 16
+    gbase = torch.randn(2 * cols + 1, device="cuda").to(dtype)
+    gamma, beta = gbase[1:cols + 1], gbase[cols + 1:]
+    for rms in (False, True):
+        got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier)
+        _check(got, x, gamma, beta, rms, f"misaligned tier={tier} {dtype}")
+
+
+def _cancellation_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = 1e4 + torch.randn(rows, cols, generator=gen, device="cuda", dtype=torch.float64)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_mean_1e4_std_1_rows(dtype, tier):
+    """E[x^2] - E[x]^2 cancels here: in float32 it is off by about an ulp of 1e8 (8), against a
+    variance of 1. y within the dtype's tolerance; mean and rstd within 1e-5 relative."""
+    from bwbench.cuda import norm
+
+    for rows, cols in [(8, 32), (64, 1000), (16, 1024), (8, 2048), (8, 4096), (4, 32768)]:
+        if tier == "warp" and cols > norm.WARP_MAX_COLS:
+            continue
+        x = _cancellation_rows(rows, cols, dtype, seed=cols)
+        gamma, beta = _params(cols, dtype, seed=3)
+        got = _run("layer_norm", x, gamma, beta, rms=False, tier=tier)
+        _check(got, x, gamma, beta, False, f"mean 1e4 tier={tier} ({rows}, {cols}) {dtype}")
+        if dtype == torch.float32:  # the float32 rows keep their spread: rstd is about 1, not 1/sqrt(eps)
+            assert torch.allclose(got[2], torch.ones_like(got[2]), rtol=0.5)
+
+
+@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_constant_rows(dtype, tier):
+    """Variance 0: mean is the value and rstd = 1/sqrt(eps) exactly as the reference has it."""
+    from bwbench.cuda import norm
+
+    for rows, cols in [(6, 1), (6, 33), (6, 256), (6, 1000), (3, 5000)]:
+        if tier == "warp" and cols > norm.WARP_MAX_COLS:
+            continue
+        values = torch.tensor([0.0, 1.0, -3.25, 1000.0, 10000.0, 0.1], device="cuda")[:rows]
+        x = values[:, None].expand(rows, cols).contiguous().to(dtype)
+        gamma, beta = _params(cols, dtype, seed=4)
+        for rms in (False, True):
+            got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier)
+            _check(got, x, gamma, beta, rms, f"constant rows tier={tier} ({rows}, {cols}) {dtype} rms={rms}")
+        y, mean, rstd = _run("layer_norm", x, gamma, beta, rms=False, tier=tier)
+        torch.testing.assert_close(rstd, torch.full_like(rstd, EPS ** -0.5), rtol=1e-6, atol=0)
+        torch.testing.assert_close(mean, x[:, 0].float(), rtol=0, atol=0)
+
+
+def test_allocating_form_and_bad_inputs():
+    from bwbench.cuda.norm import layer_norm, rms_norm
+
+    x = _random(10, 300, torch.float16, seed=1)
+    gamma, beta = _params(300, torch.float16, seed=2)
+    y, mean, rstd = layer_norm(x, gamma, beta)
+    assert y.shape == x.shape and y.dtype == x.dtype and mean.shape == rstd.shape == (10,)
+    assert mean.dtype == rstd.dtype == torch.float32
+    y2, rstd2 = rms_norm(x, gamma)
+    assert y2.shape == x.shape and rstd2.shape == (10,)
+    empty = layer_norm(torch.empty(0, 8, device="cuda"), torch.ones(8, device="cuda"), torch.zeros(8, device="cuda"))
+    assert empty[0].shape == (0, 8) and empty[1].shape == (0,)
+    with pytest.raises(ValueError, match="2-D"):
+        layer_norm(x.view(2, 5, 300), gamma, beta)
+    with pytest.raises(ValueError, match="contiguous"):
+        layer_norm(_random(300, 10, torch.float16, 1).t(), gamma, beta)
+    with pytest.raises(ValueError, match="gamma must be contiguous of shape"):
+        layer_norm(x, gamma[:299], beta)
+    with pytest.raises(ValueError, match="beta must be"):
+        layer_norm(x, gamma, beta.float())
+    with pytest.raises(ValueError, match="float16"):
+        layer_norm(x.double(), gamma.double(), beta.double())
+
+
+def test_runs_on_the_current_stream_and_in_a_cuda_graph():
+    from bwbench.cuda.norm import layer_norm
+
+    x = _random(300, 2048, torch.bfloat16, seed=5)
+    gamma, beta = _params(2048, torch.bfloat16, seed=6)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer_norm(x, gamma, beta)  # warm-up outside capture (compiles, sets attributes)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer_norm(x, gamma, beta)
+    for seed in (7, 8):
+        x.copy_(_random(300, 2048, torch.bfloat16, seed=seed))
+        for o in out:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(out, x, gamma, beta, False, f"graph replay seed {seed}")
+
+
+def _last_rows_past_int32(rows: int, cols: int, tier: str | None) -> None:
+    """A (rows, cols) half matrix whose last rows lie past element 2^31: only 64-bit row offsets
+    reach them. The rows are copies of a few random ones, so the check is cheap."""
+    from bwbench.cuda import norm
+
+    need = rows * cols * 2 * 2 + (2 << 30)
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs about {need / 2**30:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
+    seed_rows = _random(8, cols, torch.float16, seed=cols)
+    x = seed_rows.repeat(rows // 8 + 1, 1)[:rows].contiguous()
+    gamma, beta = _params(cols, torch.float16, seed=10)
+    y, mean, rstd = norm.layer_norm(x, gamma, beta, EPS, tier=tier)
+    torch.cuda.synchronize()
+    for start in (0, rows // 2, rows - 5):
+        sl = slice(start, start + 5)
+        _check((y[sl], mean[sl], rstd[sl]), x[sl], gamma, beta, False, f"({rows}, {cols}) rows {start}.. tier={tier}")
+
+
+@pytest.mark.parametrize("rows,cols,tier", [((1 << 16) + 3, 1 << 15, None), ((1 << 16) + 3, 1 << 15, "uncached"),
+                                            ((1 << 21) + 7, 1024, None)], ids=["smem", "uncached", "warp"])
+def test_beyond_int32_elements(rows, cols, tier):
+    _last_rows_past_int32(rows, cols, tier)
+    torch.cuda.empty_cache()
+
+
+def test_plans_for_the_default_sweep():
+    """Which tier and block each default cols gets on this GPU (printed; -s shows it)."""
+    from bwbench.cuda import norm
+
+    for dtype in DTYPES:
+        for cols in [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]:
+            x = torch.empty(4, cols, device="cuda", dtype=dtype)
+            step = norm.launch_plan(x, rms=False, pack=norm.full_pack(norm.cpp_type(dtype)))
+            assert step.plan.tier == ("warp" if cols <= norm.WARP_MAX_COLS else "smem")
+            print(f"{DTYPE_IDS(dtype)} cols={cols}: {step.plan.tier} block={step.plan.block} smem={step.plan.smem_bytes} "
+                  f"grid={step.grid} {step.plan.kernel} + {[(c.tier, c.block) for c in step.plan.alternatives]}")
+
+
+def test_first_call_times_the_candidate_blocks_once():
+    """A block-tier shape is timed once over its candidate block sizes; the fastest is kept, and
+    the answer is right whichever was chosen."""
+    from bwbench.cuda import norm
+
+    x = _random(300, 4096, torch.float16, seed=12)
+    gamma, beta = _params(4096, torch.float16, seed=13)
+    assert norm.chosen_launch(x, rms=False) is None
+    got = _run("layer_norm", x, gamma, beta, rms=False)
+    step = norm.chosen_launch(x, rms=False)
+    model = norm.launch_plan(x, rms=False, pack=8).plan
+    assert step is not None and step.plan.tier == "smem" and len(model.candidates) > 1
+    assert step.plan.block in {c.block for c in model.candidates}
+    _check(got, x, gamma, beta, False, "after tuning")
+    again = _run("layer_norm", x, gamma, beta, rms=False)
+    assert norm.chosen_launch(x, rms=False) is step
+    for a, b in zip(again, got):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
