@@ -265,11 +265,15 @@ def _group_section(documents: Sequence[tuple[str, RunDocument]], suite: str, dty
         impls = implementation_order(meta, records)
         parts.append(_bandwidth_figure(groups, suite, dtype, x_axis, series_axes, impls, multi))
         parts.append(_pct_copy_figure(groups, suite, dtype, x_axis, series_axes, impls, multi))
+        if multi:
+            parts.append(_pct_peak_figure(groups, suite, dtype, x_axis, series_axes, impls, multi))
+            parts.append(_ratio_table(groups, meta))
     else:
         parts.append("<p class=\"notice\">No successful measurements to plot.</p>")
     for label, doc, recs in groups:
         if recs:
             parts.append(_case_table(label if multi else None, recs, meta, x_axis))
+            parts.append(_profile_table(recs))
             parts.append(_problem_lists(recs))
     return parts
 
@@ -422,25 +426,38 @@ def _bandwidth_figure(groups, suite, dtype, x_axis, series_axes, impls, multi):
 
 def _pct_copy_figure(groups, suite, dtype, x_axis, series_axes, impls, multi):
     """Each implementation as a share of the same-size copy: 100% means as fast as a copy."""
+    return _share_figure(groups, suite, dtype, x_axis, series_axes, impls, multi, "pct_copy",
+                         "% of same-size copy bandwidth", "% of copy", "copy = 100%")
+
+
+def _pct_peak_figure(groups, suite, dtype, x_axis, series_axes, impls, multi):
+    """Each implementation as a share of its own card's theoretical peak: GPUs side by side."""
+    return _share_figure(groups, suite, dtype, x_axis, series_axes, impls, multi, "pct_peak",
+                         "% of each GPU's theoretical peak", "% of peak", "peak = 100%", with_copy=True)
+
+
+def _share_figure(groups, suite, dtype, x_axis, series_axes, impls, multi, attr, title, y_title, line_text,
+                  with_copy=False):
     import plotly.graph_objects as go
 
     fig = go.Figure()
     records = [r for _, _, recs in groups for r in recs]
     numeric = x_is_numeric(records, x_axis)
     for doc_index, (label, doc, recs) in enumerate(groups):
-        series = _series(recs, [i for i in impls if i != COPY_IMPL], series_axes, x_axis)
+        shown = [i for i in impls if with_copy or i != COPY_IMPL]
+        series = _series(recs, shown, series_axes, x_axis)
         for style_index, (impl, key, points) in enumerate(series):
-            points = [p for p in points if _finite(p.pct_copy)]
+            points = [p for p in points if _finite(getattr(p, attr))]
             if points:
                 name = _trace_name(impl, key, label if multi else None)
                 fig.add_trace(go.Scatter(
-                    x=[_x_value(p, x_axis, numeric) for p in points], y=[p.pct_copy for p in points],
+                    x=[_x_value(p, x_axis, numeric) for p in points], y=[getattr(p, attr) for p in points],
                     mode="markers+lines", name=name,
                     line=_line_style(impl, impls, doc_index), marker=_marker_style(style_index),
-                    hovertemplate="%{y:.1f}% of copy<extra>" + _hover_name(name) + "</extra>"))
+                    hovertemplate="%{y:.1f}" + y_title + "<extra>" + _hover_name(name) + "</extra>"))
     fig.add_hline(y=100, line_dash="dash", line_color=COPY_COLOR, line_width=1.5,
-                  annotation_text="copy = 100%", annotation_position="top left")
-    _layout(fig, f"{suite} · {dtype}: % of same-size copy bandwidth", "% of copy", x_axis, records, numeric)
+                  annotation_text=line_text, annotation_position="top left")
+    _layout(fig, f"{suite} · {dtype}: {title}", y_title, x_axis, records, numeric)
     fig.update_yaxes(ticksuffix="%")
     return fig
 
@@ -583,6 +600,54 @@ def _case_table(label: str | None, records: Sequence[Record], meta: dict[str, An
             f"<p class=\"sub\">No “{BASELINE_IMPL}” implementation in this run: no speedups.</p>")
     return (f"{caption}<table class=\"cases\"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>{note}")
+
+
+def _ratio_table(groups, meta: dict[str, Any]) -> str:
+    """Runs side by side: each implementation's median GB/s per run and its ratio to the first run."""
+    labels = [label for label, _, _ in groups]
+    records = [r for _, _, recs in groups for r in recs]
+    impls = implementation_order(meta, records)
+    axes = _unique(k for r in records for k in r.params)
+    cells = [{(r.case, r.impl): r for r in recs} for _, _, recs in groups]
+    head1 = "".join(f"<th rowspan=\"2\">{esc(a)}</th>" for a in axes)
+    head1 += "".join(f"<th colspan=\"{2 * len(labels) - 1}\">{esc(i)}</th>" for i in impls)
+    sub = "".join(f"<th>{esc(l)} GB/s</th>" for l in labels)
+    sub += "".join(f"<th>{esc(l)} / {esc(labels[0])}</th>" for l in labels[1:])
+    head2 = sub * len(impls)
+    rows = []
+    for case, example in _cases_in_order(records, axes):
+        row = "".join(f"<td class=\"num\">{esc(_axis_text(example, a))}</td>" for a in axes)
+        for impl in impls:
+            found = [c.get((case, impl)) for c in cells]
+            speeds = [r.gbps if r is not None and r.status == "ok" and _finite(r.gbps) else None for r in found]
+            row += "".join(f"<td class=\"num\">{_gbps_text(v) if v else MISSING}</td>" for v in speeds)
+            row += "".join(f"<td class=\"num\">{v / speeds[0]:.2f}×</td>" if v and speeds[0] else
+                           f"<td class=\"num\">{MISSING}</td>" for v in speeds[1:])
+        rows.append(f"<tr>{row}</tr>")
+    return (f"<h3>Runs compared: median GB/s and ratios to {esc(labels[0])}</h3>"
+            f"<table class=\"cases\"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _profile_table(records: Sequence[Record]) -> str:
+    """Nsight Compute's DRAM bytes and kernel time next to the byte model and bwbench's time."""
+    profiled = [r for r in records if (r.extra or {}).get("profile")]
+    if not profiled:
+        return ""
+    rows = []
+    for r in profiled:
+        p = r.extra["profile"]
+        time_ratio = p.get("time_ratio")
+        rows.append(f"<tr><td><code>{esc(r.case)}</code></td><td>{esc(r.impl)}</td>"
+                    f"<td class=\"num\">{esc(p.get('kernel_count'))}</td>"
+                    f"<td class=\"num\">{p['model_bytes'] / 1e6:,.1f}</td><td class=\"num\">{p['dram_bytes'] / 1e6:,.1f}</td>"
+                    f"<td class=\"num\">{p['bytes_ratio']:.2f}×</td><td class=\"num\">{p['bwbench_median_us']:,.1f}</td>"
+                    f"<td class=\"num\">{p['ncu_time_us']:,.1f}</td>"
+                    f"<td class=\"num\">{'%.2f' % time_ratio if time_ratio else MISSING}</td></tr>")
+    head = ("<tr><th>case</th><th>impl</th><th>kernels</th><th>model MB</th><th>DRAM MB (ncu)</th>"
+            "<th>DRAM / model</th><th>bwbench µs</th><th>ncu µs</th><th>ncu / bwbench</th></tr>")
+    return (f"<h3>Nsight Compute: bytes really moved</h3><table class=\"cases\"><thead>{head}</thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 def _cases_in_order(records: Sequence[Record], axes: Sequence[str]) -> list[tuple[str, Record]]:

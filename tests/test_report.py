@@ -175,7 +175,7 @@ def test_two_documents_make_traces_for_both():
             assert json.dumps(f"{impl} · {label}", ensure_ascii=False) in page
         assert f"({label})" in page  # the peak line names its run
     assert "NVIDIA H200" in page and "4800 GB/s" in page
-    assert chart_count(page) == 2
+    assert chart_count(page) == 3, "GB/s, % of copy and, with two GPUs, % of each one's peak"
 
 
 def test_other_axes_become_trace_groups():
@@ -229,7 +229,7 @@ def test_report_renders_in_chromium(tmp_path: Path):
                                      ("H200", make_document("NVIDIA H200", peak=4800.0, speed=1.4))],
                                     tmp_path / "report.html")
     charts = chart_count(page_path.read_text(encoding="utf-8"))
-    assert charts == 2
+    assert charts == 3
     base = chromium_command(binary, tmp_path / "profile")
     done = subprocess.run(base + ["--dump-dom", page_path.as_uri()], capture_output=True, text=True, timeout=120)
     dom = done.stdout
@@ -242,3 +242,35 @@ def test_report_renders_in_chromium(tmp_path: Path):
     subprocess.run(base + [f"--screenshot={png}", "--window-size=1400,2400", page_path.as_uri()],
                    capture_output=True, text=True, timeout=120)
     assert png.is_file() and png.stat().st_size > 10_000
+
+
+def test_comparing_gpus_adds_peak_normalised_chart_and_ratio_table():
+    import copy
+
+    from bwbench.report import render_html
+    from bwbench.results import read_document
+
+    h200 = read_document(Path(__file__).parent / "data" / "h200-softmax-run1.json")
+    h100 = copy.deepcopy(h200)
+    h100.environment["gpu_name"] = "NVIDIA H100 80GB HBM3"
+    for r in h100.records:
+        if r.gbps:
+            r.gbps *= 0.5
+    page = render_html([("H200", h200), ("H100", h100)])
+    assert "% of each GPU&#x27;s theoretical peak" in page or "% of each GPU's theoretical peak" in page
+    assert "Runs compared: median GB/s and ratios to H200" in page
+    assert "0.50×" in page
+    single = render_html([("H200", h200)])
+    assert "Runs compared" not in single
+
+
+def test_profile_figures_show_in_the_report():
+    from bwbench.report import render_html
+    from bwbench.results import read_document
+
+    doc = read_document(Path(__file__).parent / "data" / "h200-softmax-run1.json")
+    naive = next(r for r in doc.records if r.impl == "naive" and r.status == "ok")
+    naive.extra = {"profile": {"kernel_count": 5, "model_bytes": 805e6, "dram_bytes": 5168e6, "bytes_ratio": 6.42,
+                               "bwbench_median_us": 2170.6, "ncu_time_us": 2154.0, "time_ratio": 0.99}}
+    page = render_html([("H200", doc)])
+    assert "Nsight Compute: bytes really moved" in page and "6.42×" in page
