@@ -64,3 +64,23 @@ def compiled(case):
     """torch.compile(dynamic=False) of torch.softmax: Triton, compiled once per shape."""
     torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
     return torch.compile(lambda x: torch.softmax(x, dim=-1), dynamic=False)
+
+
+@suite.impl("optimized", kind="cuda")
+def optimized(case):
+    """One kernel of the optimized family: a thread group per row with the row in registers, a
+    block per row with the row in shared memory, or a block per row re-reading it, by cols."""
+    from bwbench.cuda.softmax import plan_launch, softmax
+
+    plan_launch("softmax", case.rows, case.cols, case.torch_dtype)  # compile and plan now, not in the check
+    return softmax
+
+
+@suite.impl("online", kind="cuda")
+def online(case):
+    """Online normalizer: one read of the row for (max, sum of exp) with the associative (m, d)
+    merge, a second read to write y; no row cache."""
+    from bwbench.cuda.softmax import online_softmax, plan_launch
+
+    plan_launch("online_softmax", case.rows, case.cols, case.torch_dtype)
+    return online_softmax

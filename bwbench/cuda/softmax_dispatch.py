@@ -1,0 +1,349 @@
+"""Which kernel of the softmax family runs a shape: pure functions, testable without a GPU.
+
+The article's dispatcher (OneFlow's softmax.cuh), as data in and a choice out:
+
+1. warp tier: a thread group of 1 .. 32 lanes per row with the row in registers, while the row
+   fits the registers (`warp_shape`) and cols is at most the measured `warp_max_cols`;
+2. shared-memory tier: one block per row with the row cached in shared memory, while the
+   occupancy query says enough blocks fit on an SM (`Thresholds.min_smem_blocks_per_sm`); the
+   block size comes from the occupancy table (`block_size_by_occupancy`: by default the one that
+   keeps the most threads resident, measured better on an H200 than the article's rule, which is
+   kept as `block_rule="oneflow"`);
+3. uncached tier: one block per row re-reading the row through L1/L2, for any cols, with about
+   `uncached_packs_per_thread` packs per thread (`uncached_block_size`).
+
+The GPU side (bwbench/cuda/softmax.py) asks the occupancy query and passes the numbers in; the
+thresholds are measured (notes/softmax.md), not the article's RTX 3090 values. The kernels'
+template arguments are enumerated here too, so the set of instantiated kernels and the set the
+dispatcher can ask for are one list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+__all__ = [
+    "BLOCK_SIZES",
+    "GROUP_WIDTHS",
+    "Thresholds",
+    "TierChoice",
+    "WarpShape",
+    "all_warp_shapes",
+    "block_size_by_occupancy",
+    "choose_online",
+    "choose_tier",
+    "kernel_name",
+    "kernel_names",
+    "pack_elements",
+    "smem_bytes",
+    "uncached_block_size",
+    "warp_shape",
+    "warp_shapes",
+]
+
+WARP_BLOCK = 128
+"""Threads per block of the warp-tier kernels (softmax.cu's BW_SOFTMAX_WARP_BLOCK)."""
+
+GROUP_WIDTHS = (1, 2, 4, 8, 16, 32)
+BLOCK_SIZES = (128, 256, 512, 1024)
+PACK_BYTES = 16
+"""The widest access: ld.global.v4 / st.global.v4."""
+
+PACKS_PER_THREAD = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+"""Packs per lane offered to a full-warp group; gaps cost idle lanes (padding), not traffic."""
+
+MAX_COLS_PER_THREAD = {"forward": 64, "backward": 32}
+"""Register budget of the warp tier: row elements one lane holds (the backward holds y and dy).
+The forward instantiates up to cols 2048 in 16-byte packs so the warp/block threshold can be
+measured there; unpacked (odd cols) rows stop at 32 per lane, i.e. cols 1024."""
+MAX_UNPACKED_COLS_PER_THREAD = 32
+
+SMALL_GROUP_ROWS = (1, 2, 4)
+"""Rows per access offered to groups narrower than a warp (the article uses 2). The backward,
+holding y and dy, stops at 2 (BACKWARD_SMALL_GROUP_ROWS): with 4 one of its unpacked shapes
+spills on sm_90."""
+BACKWARD_SMALL_GROUP_ROWS = (1, 2)
+FULL_WARP_ROWS = (1, 2)
+"""Rows per access offered to full warps holding at most FULL_WARP_MAX_PACKS packs per lane."""
+FULL_WARP_MAX_PACKS = 2
+
+BLOCK_RULES = ("threads", "oneflow")
+
+ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
+ALGORITHMS = {"softmax": 0, "log_softmax": 1}
+TIERS = ("warp", "smem", "uncached", "online_warp", "online_block")
+DIRECTIONS = ("forward", "backward")
+
+MAX_COLS = 1 << 30
+"""Longest row the kernels accept: their in-row indices are 32-bit with headroom for the loop
+step (a row of 2^30 half values is 2 GiB)."""
+
+
+@dataclass(frozen=True)
+class WarpShape:
+    """Template arguments of a warp-tier kernel: P elements per access, NP packs per lane, G lanes
+    per row, R rows per group and access."""
+
+    pack: int
+    packs_per_thread: int
+    group: int
+    rows_per_access: int
+
+    @property
+    def cols_per_thread(self) -> int:
+        return self.pack * self.packs_per_thread
+
+    @property
+    def max_cols(self) -> int:
+        return self.cols_per_thread * self.group
+
+    @property
+    def rows_per_block(self) -> int:
+        return WARP_BLOCK // self.group * self.rows_per_access
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The measured switch points of one operation (forward, backward or online)."""
+
+    warp_max_cols: int = 1024
+    """Rows up to this many columns go to the warp tier (registers)."""
+    small_group_rows: int = 2
+    """Rows per access of thread groups narrower than a warp (one of SMALL_GROUP_ROWS)."""
+    full_warp_rows: int = 1
+    """Rows per access of full warps with at most FULL_WARP_MAX_PACKS packs per lane."""
+    min_smem_blocks_per_sm: int = 1
+    """The shared-memory tier is used while at least this many of its blocks fit on an SM."""
+    block_rule: str = "threads"
+    """How the shared-memory tier's block size follows from occupancy (one of BLOCK_RULES)."""
+    uncached_packs_per_thread: int = 8
+    """The uncached tier's block size gives each thread about this many packs of the row."""
+    one_pass: bool = False
+    """Block tiers compute (max, sum) in one pass with the online merge (forward only)."""
+    online_warp_max_cols: int = 1024
+    """The online implementation's thread-group kernel up to this many columns, blocks above."""
+
+    def __post_init__(self) -> None:
+        if self.small_group_rows not in SMALL_GROUP_ROWS:
+            raise ValueError(f"small_group_rows must be one of {SMALL_GROUP_ROWS}, got {self.small_group_rows}")
+        if self.full_warp_rows not in FULL_WARP_ROWS:
+            raise ValueError(f"full_warp_rows must be one of {FULL_WARP_ROWS}, got {self.full_warp_rows}")
+        if self.block_rule not in BLOCK_RULES:
+            raise ValueError(f"block_rule must be one of {BLOCK_RULES}, got {self.block_rule!r}")
+        if self.uncached_packs_per_thread < 1:
+            raise ValueError("uncached_packs_per_thread must be >= 1")
+
+
+@dataclass(frozen=True)
+class TierChoice:
+    """What runs: the tier, and the warp shape or the block size."""
+
+    tier: str
+    warp: WarpShape | None = None
+    block: int | None = None
+    one_pass: bool = False
+    pack: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise ValueError(f"tier must be one of {TIERS}, got {self.tier!r}")
+
+
+def pack_elements(itemsize: int, cols: int, aligned: bool) -> int:
+    """Elements per access: a 16-byte pack when cols (and every row start) allow it, else 1.
+
+    `aligned` says the base pointers are 16-byte aligned and every row stride is a multiple of
+    the pack; the caller checks the tensors.
+    """
+    pack = PACK_BYTES // itemsize
+    return pack if aligned and cols % pack == 0 else 1
+
+
+def _packs_options(pack: int, direction: str) -> tuple[int, ...]:
+    limit = MAX_COLS_PER_THREAD[direction] if pack > 1 else MAX_UNPACKED_COLS_PER_THREAD
+    return tuple(n for n in PACKS_PER_THREAD if n * pack <= limit)
+
+
+def _rows_per_access(group: int, packs: int, small_group_rows: int, full_warp_rows: int) -> int:
+    if group < 32:
+        return small_group_rows
+    return full_warp_rows if packs <= FULL_WARP_MAX_PACKS else 1
+
+
+def warp_shapes(pack: int, direction: str, small_group_rows: int = 2, full_warp_rows: int = 1) -> tuple[WarpShape, ...]:
+    """The warp-tier shapes of one pack size and one choice of rows per access, smallest first:
+    small groups (one pack per lane) for rows up to 16 packs, then full warps with 1 .. NP packs
+    per lane."""
+    small = tuple(WarpShape(pack, 1, g, small_group_rows) for g in GROUP_WIDTHS[:-1])
+    full = tuple(WarpShape(pack, n, 32, _rows_per_access(32, n, small_group_rows, full_warp_rows))
+                 for n in _packs_options(pack, direction))
+    return small + full
+
+
+def small_group_rows_options(direction: str) -> tuple[int, ...]:
+    return BACKWARD_SMALL_GROUP_ROWS if direction == "backward" else SMALL_GROUP_ROWS
+
+
+def all_warp_shapes(pack: int, direction: str) -> tuple[WarpShape, ...]:
+    """Every warp-tier shape instantiated: each rows-per-access choice."""
+    shapes = [shape for r in small_group_rows_options(direction) for w in FULL_WARP_ROWS
+              for shape in warp_shapes(pack, direction, r, w)]
+    return tuple(dict.fromkeys(shapes))
+
+
+def warp_shape(cols: int, pack: int, direction: str = "forward", small_group_rows: int = 2,
+               full_warp_rows: int = 1) -> WarpShape | None:
+    """The smallest warp-tier shape whose group holds a row of `cols`, or None when none does."""
+    if small_group_rows not in small_group_rows_options(direction):
+        raise ValueError(f"the {direction} warp tier takes {small_group_rows_options(direction)} rows per "
+                         f"access in groups under a warp, not {small_group_rows}")
+    for shape in warp_shapes(pack, direction, small_group_rows, full_warp_rows):
+        if cols <= shape.max_cols:
+            return shape
+    return None
+
+
+def block_size_by_occupancy(blocks_per_sm: Mapping[int, int], rule: str = "threads") -> int | None:
+    """The shared-memory tier's block size from the occupancy table; None if 128 threads cannot
+    launch (the row's cache does not fit in shared memory).
+
+    "threads": the size that keeps the most threads resident per SM, the smaller one on a tie
+    (more rows in flight). "oneflow": the article's rule, the largest size that keeps as many
+    blocks resident as 128 threads do. They differ where registers, not shared memory, limit the
+    larger blocks: on an H200 the backward at cols 8192 ran at 96% of copy with OneFlow's 128
+    threads (7 blocks, 896 threads per SM) and at 102% with 256 (4 blocks, 1024 threads).
+    """
+    if rule not in BLOCK_RULES:
+        raise ValueError(f"rule must be one of {BLOCK_RULES}, got {rule!r}")
+    base = blocks_per_sm.get(BLOCK_SIZES[0], 0)
+    if base <= 0:
+        return None
+    if rule == "oneflow":
+        for size in reversed(BLOCK_SIZES[1:]):
+            if blocks_per_sm.get(size, 0) == base:
+                return size
+        return BLOCK_SIZES[0]
+    best = BLOCK_SIZES[0]
+    for size in BLOCK_SIZES[1:]:
+        if blocks_per_sm.get(size, 0) * size > blocks_per_sm.get(best, 0) * best:
+            best = size
+    return best
+
+
+def uncached_block_size(cols: int, pack: int, packs_per_thread: int) -> int:
+    """The uncached tier's block size: about `packs_per_thread` packs of the row per thread, a
+    power of two from 128 to 1024. Measured on an H200: large blocks starve short rows (cols 4096
+    in float16 at 1024 threads: 24% of copy, at 256: 78%), small blocks starve long ones."""
+    want = -(-(cols // pack) // packs_per_thread)
+    size = BLOCK_SIZES[0]
+    while size < want and size < BLOCK_SIZES[-1]:
+        size *= 2
+    return size
+
+
+def smem_bytes(direction: str, cols: int, itemsize: int) -> int:
+    """Dynamic shared memory of the cached block tier: the row as stored (x; or y and dy)."""
+    return cols * itemsize * (2 if direction == "backward" else 1)
+
+
+def choose_tier(cols: int, pack: int, *, direction: str = "forward",
+                smem_blocks_per_sm: Mapping[int, int] | None = None,
+                thresholds: Thresholds = Thresholds()) -> TierChoice:
+    """The tier for a row of `cols` elements moved `pack` at a time.
+
+    smem_blocks_per_sm: resident blocks per SM of the cached block kernel at each block size with
+    this row's shared memory (the occupancy query); only consulted when the warp tier does not
+    apply, and None means "not asked" (treated as: does not fit).
+    """
+    if cols < 1:
+        raise ValueError(f"cols must be >= 1, got {cols}")
+    if cols <= thresholds.warp_max_cols:
+        shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
+        if shape is not None:
+            return TierChoice("warp", warp=shape, pack=pack)
+    one_pass = thresholds.one_pass and direction == "forward"
+    if smem_blocks_per_sm is not None:
+        block = block_size_by_occupancy(smem_blocks_per_sm, thresholds.block_rule)
+        if block is not None and smem_blocks_per_sm[BLOCK_SIZES[0]] >= max(1, thresholds.min_smem_blocks_per_sm):
+            return TierChoice("smem", block=block, one_pass=one_pass, pack=pack)
+    block = uncached_block_size(cols, pack, thresholds.uncached_packs_per_thread)
+    return TierChoice("uncached", block=block, one_pass=one_pass, pack=pack)
+
+
+def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
+    """Whether choose_tier will look at the shared-memory occupancy (so the caller asks the GPU)."""
+    shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
+    return not (cols <= thresholds.warp_max_cols and shape is not None)
+
+
+def choose_online(cols: int, pack: int, thresholds: Thresholds = Thresholds()) -> TierChoice:
+    """The online implementation: a thread group per row (the narrowest that covers the row in one
+    pack per lane, at most a warp) up to `online_warp_max_cols`, a block per row above."""
+    if cols < 1:
+        raise ValueError(f"cols must be >= 1, got {cols}")
+    if cols <= thresholds.online_warp_max_cols:
+        group = next((g for g in GROUP_WIDTHS if cols <= g * pack), GROUP_WIDTHS[-1])
+        return TierChoice("online_warp", warp=WarpShape(pack, 1, group, 1), pack=pack)
+    block = uncached_block_size(cols, pack, thresholds.uncached_packs_per_thread)
+    return TierChoice("online_block", block=block, one_pass=True, pack=pack)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel names (CuPy name expressions) and the full instantiation list
+# ---------------------------------------------------------------------------------------------
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) -> str:
+    """The name expression of the kernel that runs `choice` (see kernels/softmax.cu)."""
+    algo = ALGORITHMS[algorithm]
+    p = choice.pack
+    if direction == "forward":
+        if choice.tier == "warp":
+            w = choice.warp
+            return f"softmax_warp<{ctype}, {algo}, {p}, {w.packs_per_thread}, {w.group}, {w.rows_per_access}>"
+        if choice.tier in ("smem", "uncached", "online_block"):
+            cached = choice.tier == "smem"
+            return f"softmax_block<{ctype}, {algo}, {p}, {_bool(cached)}, {_bool(choice.one_pass)}>"
+        if choice.tier == "online_warp":
+            return f"softmax_warp_online<{ctype}, {algo}, {p}, {choice.warp.group}>"
+    elif direction == "backward":
+        if choice.tier == "warp":
+            w = choice.warp
+            return (f"softmax_grad_warp<{ctype}, {algo}, {p}, {w.packs_per_thread}, {w.group}, "
+                    f"{w.rows_per_access}>")
+        if choice.tier in ("smem", "uncached"):
+            return f"softmax_grad_block<{ctype}, {algo}, {p}, {_bool(choice.tier == 'smem')}>"
+    raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
+
+
+def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
+    """Every kernel one storage type instantiates for a direction: all warp shapes of both pack
+    sizes, both block tiers (one- and three-pass for the forward), the online thread-group kernels
+    (forward softmax only: the `online` implementation), for both algorithms."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    names: list[str] = []
+    wide = PACK_BYTES // ITEMSIZE[ctype]
+    for algorithm in ALGORITHMS:
+        for pack in (wide, 1):
+            for shape in all_warp_shapes(pack, direction):
+                names.append(kernel_name(ctype, algorithm, direction, TierChoice("warp", warp=shape, pack=pack)))
+            for tier in ("smem", "uncached"):
+                for one_pass in ((False, True) if direction == "forward" else (False,)):
+                    names.append(kernel_name(ctype, algorithm, direction,
+                                             TierChoice(tier, block=128, one_pass=one_pass, pack=pack)))
+            if direction == "forward" and algorithm == "softmax":
+                for g in GROUP_WIDTHS:
+                    names.append(kernel_name(ctype, algorithm, direction,
+                                             TierChoice("online_warp", warp=WarpShape(pack, 1, g, 1), pack=pack)))
+    return tuple(dict.fromkeys(names))
+
+
+def with_overrides(thresholds: Thresholds, **changes) -> Thresholds:
+    """A copy of `thresholds` with some fields changed (tuning runs and tests)."""
+    return replace(thresholds, **changes)

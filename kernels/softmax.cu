@@ -1,0 +1,445 @@
+// The optimized softmax family, after OneFlow's softmax.cuh (see ../shared/seeds/000_*.txt):
+// softmax and log-softmax forward, their backward, and the online-normalizer forward, each in the
+// article's tiers. bwbench/cuda/softmax_dispatch.py picks the tier and the template arguments;
+// bwbench/cuda/softmax.py launches.
+//
+//   warp tier      a thread group of G lanes (1 .. 32) per row, the row held in registers
+//                  (cols <= G * P * NP), R rows per group and access; shuffles reduce.
+//   block tiers    one block per row: `Cached` keeps the row in shared memory between the passes,
+//                  otherwise every pass re-reads it (through L1/L2) and any cols works.
+//   online         one pass computes the row's (max, sum of exp) with the associative (m, d)
+//                  merge, a second pass writes y: a warp variant and the block variant
+//                  (`OnePass`, which the block tiers of the forward also offer).
+//
+// Every kernel grid-strides over rows, so any grid size is correct. All arithmetic is in float;
+// half and bfloat16 are converted on load and rounded once on store. Template arguments:
+//   T     storage type (half_t, bf16_t, float)      Algo  kSoftmax or kLogSoftmax
+//   P     elements per access (16 bytes, or 1)      NP    packs per thread (warp tier)
+//   G     lanes per row (warp tier)                 R     rows per thread group per access
+//
+// Launch shapes: warp-tier kernels take blockDim.x = 128; block kernels any multiple of 32 up to
+// 1024, with cols / P * sizeof(Pack) bytes (twice that for the backward) of dynamic shared
+// memory when Cached.
+
+#include "softmax.cuh"
+
+using bw::Pack;
+using bw::smx::Backward;
+using bw::smx::Forward;
+using bw::smx::MD;
+
+// Threads per block of the warp-tier kernels (4 warps): small blocks keep the scheduler free to
+// fill an SM with as many warps as the registers allow.
+#define BW_SOFTMAX_WARP_BLOCK 128
+
+// ---------------------------------------------------------------------------------------------
+// Row walking for thread groups. The loop is uniform across a warp (it steps by the warp's first
+// row), because the shuffles below involve all 32 lanes: a group whose row is past the end still
+// joins them and just does not load or store.
+// ---------------------------------------------------------------------------------------------
+
+template <int G, int R>
+struct GroupRows {
+    static constexpr int kRowsPerWarp = (32 / G) * R;
+    int lane;     // lane inside the group, 0 .. G-1
+    i64 offset;   // first row of this group relative to the warp's first row
+    i64 first;    // the warp's first row
+    i64 step;     // rows covered by the whole grid per iteration
+
+    __device__ __forceinline__ GroupRows() {
+        lane = threadIdx.x & (G - 1);
+        offset = static_cast<i64>((threadIdx.x & 31) / G) * R;
+        const i64 warp = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+        const i64 warps = (static_cast<i64>(gridDim.x) * blockDim.x) >> 5;
+        first = warp * kRowsPerWarp;
+        step = warps * kRowsPerWarp;
+    }
+};
+
+// =============================================================================================
+// Forward, warp tier: the row lives in registers between the three steps (max, exp-sum, scale).
+// =============================================================================================
+
+template <typename T, int Algo, int P, int NP, int G, int R>
+__global__ void __launch_bounds__(BW_SOFTMAX_WARP_BLOCK)
+softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows,
+             int cols) {
+    static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G: a power of two up to 32");
+    constexpr int C = P * NP;
+    typedef Pack<T, P> PackT;
+    GroupRows<G, R> walk;
+    for (; walk.first < rows; walk.first += walk.step) {
+        float buf[R][C];
+        float row_max[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const i64 row = walk.first + walk.offset + r;
+            const bool live = row < rows;
+            const PackT* xr = bw::smx::row_packs<T, P>(x, live ? row : 0, x_stride);
+            row_max[r] = bw::neg_inf();
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+                const int pack = p * G + walk.lane;
+                float f[P];
+                if (live && pack * P < cols) {
+                    bw::smx::unpack(xr[pack], f);
+                } else {  // padding: contributes nothing to max or sum, never stored
+#pragma unroll
+                    for (int i = 0; i < P; ++i) f[i] = bw::neg_inf();
+                }
+#pragma unroll
+                for (int i = 0; i < P; ++i) {
+                    buf[r][p * P + i] = f[i];
+                    row_max[r] = fmaxf(row_max[r], f[i]);
+                }
+            }
+        }
+        float row_sum[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            row_max[r] = bw::warp_allreduce<bw::MaxOp, G>(row_max[r]);
+            row_sum[r] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < C; ++i) {
+                if (Algo == bw::smx::kSoftmax) {  // keep exp(x - m): the store only scales it
+                    buf[r][i] = bw::smx::fast_exp<T>(buf[r][i] - row_max[r]);
+                    row_sum[r] += buf[r][i];
+                } else {  // keep x - m: the store only subtracts log(sum)
+                    buf[r][i] -= row_max[r];
+                    row_sum[r] += bw::smx::fast_exp<T>(buf[r][i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            row_sum[r] = bw::warp_allreduce<bw::SumOp, G>(row_sum[r]);
+            const i64 row = walk.first + walk.offset + r;
+            if (row >= rows) continue;
+            const float k = Forward<Algo, T>::finish(row_sum[r]);
+            PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+                const int pack = p * G + walk.lane;
+                if (pack * P < cols) {
+                    float f[P];
+#pragma unroll
+                    for (int i = 0; i < P; ++i) {
+                        const float v = buf[r][p * P + i];
+                        f[i] = Algo == bw::smx::kSoftmax ? v * k : v - k;
+                    }
+                    yr[pack] = bw::smx::pack_from<T, P>(f);
+                }
+            }
+        }
+    }
+}
+
+// =============================================================================================
+// Forward, block tiers: one block per row.
+//   Cached:  the first pass keeps the row (as T, so twice the rows of a float cache fit) in
+//            shared memory; later passes read it from there.
+//   OnePass: the first pass computes (max, sum) with the online merge, so only one more pass
+//            (the store) follows, instead of a sum pass and a store pass.
+// Each thread owns the packs tid, tid + blockDim, ... in every pass, and reads back only the
+// cache entries it wrote itself, so no barrier is needed between passes beyond the reductions'.
+// The loads of a pass are issued in batches of U packs before any is used, so enough bytes are in
+// flight per SM even with a single block resident.
+// =============================================================================================
+
+template <typename T, int Algo, int P, bool Cached, bool OnePass>
+__global__ void __launch_bounds__(1024)
+softmax_block(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows,
+              int cols) {
+    typedef Pack<T, P> PackT;
+    // Packs per batch of loads. The three-pass variants keep two: with four, their register demand
+    // passes the 64 that 1024-thread blocks allow and they spill.
+    constexpr int U = P == 1 ? 16 / sizeof(T) : (OnePass ? 4 : 2);
+    extern __shared__ __align__(16) unsigned char softmax_smem[];
+    PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
+    const int num_packs = cols / P;
+    const int tid = threadIdx.x;
+    const int bs = blockDim.x;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const PackT* xr = bw::smx::row_packs<T, P>(x, row, x_stride);
+        float row_max, row_sum;
+        // Pass 1: read x from global memory (and cache it).
+        MD md = bw::smx::md_identity();
+        float thread_max = bw::neg_inf();
+#pragma unroll 1
+        for (int base = tid; base < num_packs; base += bs * U) {
+            PackT v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) v[u] = xr[p];
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) {
+                    if (Cached) cache[p] = v[u];
+                    float f[P];
+                    bw::smx::unpack(v[u], f);
+                    if (OnePass) {
+                        md = bw::smx::md_add<T, P>(md, f);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < P; ++i) thread_max = fmaxf(thread_max, f[i]);
+                    }
+                }
+            }
+        }
+        if (OnePass) {
+            md = bw::smx::block_allreduce_md<T>(md);
+            row_max = md.m;
+            row_sum = md.d;
+        } else {
+            row_max = bw::block_allreduce<bw::MaxOp>(thread_max);
+            // Pass 2: sum of exp(x - max).
+            float thread_sum = 0.0f;
+#pragma unroll 1
+        for (int base = tid; base < num_packs; base += bs * U) {
+                PackT v[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int p = base + u * bs;
+                    if (p < num_packs) v[u] = Cached ? cache[p] : xr[p];
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int p = base + u * bs;
+                    if (p < num_packs) {
+                        float f[P];
+                        bw::smx::unpack(v[u], f);
+#pragma unroll
+                        for (int i = 0; i < P; ++i) thread_sum += bw::smx::fast_exp<T>(f[i] - row_max);
+                    }
+                }
+            }
+            row_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
+        }
+        // Last pass: y.
+        const float k = Forward<Algo, T>::finish(row_sum);
+        PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
+#pragma unroll 1
+        for (int base = tid; base < num_packs; base += bs * U) {
+            PackT v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) v[u] = Cached ? cache[p] : xr[p];
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) {
+                    float f[P];
+                    bw::smx::unpack(v[u], f);
+#pragma unroll
+                    for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max, k);
+                    yr[p] = bw::smx::pack_from<T, P>(f);
+                }
+            }
+        }
+    }
+}
+
+// =============================================================================================
+// Forward, online warp variant: a thread group per row, no register cache. Pass 1 reads the row
+// once for (m, d), the group merges with shuffles, pass 2 reads it again (from L1/L2) and stores.
+// =============================================================================================
+
+template <typename T, int Algo, int P, int G>
+__global__ void __launch_bounds__(BW_SOFTMAX_WARP_BLOCK)
+softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride,
+                    i64 rows, int cols) {
+    typedef Pack<T, P> PackT;
+    constexpr int U = 4;
+    const int num_packs = cols / P;
+    GroupRows<G, 1> walk;
+    for (; walk.first < rows; walk.first += walk.step) {
+        const i64 row = walk.first + walk.offset;
+        const bool live = row < rows;
+        const PackT* xr = bw::smx::row_packs<T, P>(x, live ? row : 0, x_stride);
+        const int end = live ? num_packs : 0;
+        MD md = bw::smx::md_identity();
+#pragma unroll 1
+        for (int base = walk.lane; base < end; base += G * U) {
+            PackT v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (base + u * G < end) v[u] = xr[base + u * G];
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (base + u * G < end) {
+                    float f[P];
+                    bw::smx::unpack(v[u], f);
+                    md = bw::smx::md_add<T, P>(md, f);
+                }
+            }
+        }
+        md = bw::smx::warp_allreduce_md<T, G>(md);
+        const float k = Forward<Algo, T>::finish(md.d);
+        PackT* yr = bw::smx::row_packs<T, P>(y, live ? row : 0, y_stride);
+#pragma unroll 1
+        for (int base = walk.lane; base < end; base += G * U) {
+            PackT v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (base + u * G < end) v[u] = xr[base + u * G];
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (base + u * G < end) {
+                    float f[P];
+                    bw::smx::unpack(v[u], f);
+#pragma unroll
+                    for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], md.m, k);
+                    yr[base + u * G] = bw::smx::pack_from<T, P>(f);
+                }
+            }
+        }
+    }
+}
+
+// =============================================================================================
+// Backward, warp tier: y and dy live in registers between the reduction and the store.
+// =============================================================================================
+
+template <typename T, int Algo, int P, int NP, int G, int R>
+__global__ void __launch_bounds__(BW_SOFTMAX_WARP_BLOCK)
+softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
+                  T* __restrict__ dx, i64 dx_stride, i64 rows, int cols) {
+    static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G: a power of two up to 32");
+    constexpr int C = P * NP;
+    typedef Pack<T, P> PackT;
+    GroupRows<G, R> walk;
+    for (; walk.first < rows; walk.first += walk.step) {
+        float buf_y[R][C];
+        float buf_dy[R][C];
+        float row_sum[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const i64 row = walk.first + walk.offset + r;
+            const bool live = row < rows;
+            const PackT* yr = bw::smx::row_packs<T, P>(y, live ? row : 0, y_stride);
+            const PackT* dyr = bw::smx::row_packs<T, P>(dy, live ? row : 0, dy_stride);
+            row_sum[r] = 0.0f;
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+                const int pack = p * G + walk.lane;
+                float fy[P], fdy[P];
+                if (live && pack * P < cols) {
+                    bw::smx::unpack(yr[pack], fy);
+                    bw::smx::unpack(dyr[pack], fdy);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < P; ++i) fy[i] = fdy[i] = 0.0f;
+                }
+#pragma unroll
+                for (int i = 0; i < P; ++i) {
+                    buf_y[r][p * P + i] = fy[i];
+                    buf_dy[r][p * P + i] = fdy[i];
+                    row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            row_sum[r] = bw::warp_allreduce<bw::SumOp, G>(row_sum[r]);
+            const i64 row = walk.first + walk.offset + r;
+            if (row >= rows) continue;
+            PackT* dxr = bw::smx::row_packs<T, P>(dx, row, dx_stride);
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+                const int pack = p * G + walk.lane;
+                if (pack * P < cols) {
+                    float f[P];
+#pragma unroll
+                    for (int i = 0; i < P; ++i) {
+                        f[i] = Backward<Algo, T>::apply(buf_y[r][p * P + i], buf_dy[r][p * P + i], row_sum[r]);
+                    }
+                    dxr[pack] = bw::smx::pack_from<T, P>(f);
+                }
+            }
+        }
+    }
+}
+
+// =============================================================================================
+// Backward, block tiers: one block per row; Cached keeps y and dy (as T) in shared memory, dy's
+// packs after y's.
+// =============================================================================================
+
+template <typename T, int Algo, int P, bool Cached>
+__global__ void __launch_bounds__(1024)
+softmax_grad_block(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
+                   T* __restrict__ dx, i64 dx_stride, i64 rows, int cols) {
+    typedef Pack<T, P> PackT;
+    constexpr int U = P == 1 ? 8 / sizeof(T) : 2;
+    extern __shared__ __align__(16) unsigned char softmax_smem[];
+    const int num_packs = cols / P;
+    PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
+    PackT* cache_dy = cache_y + num_packs;
+    const int tid = threadIdx.x;
+    const int bs = blockDim.x;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
+        const PackT* dyr = bw::smx::row_packs<T, P>(dy, row, dy_stride);
+        float thread_sum = 0.0f;
+#pragma unroll 1
+        for (int base = tid; base < num_packs; base += bs * U) {
+            PackT vy[U], vdy[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) {
+                    vy[u] = yr[p];
+                    vdy[u] = dyr[p];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) {
+                    if (Cached) {
+                        cache_y[p] = vy[u];
+                        cache_dy[p] = vdy[u];
+                    }
+                    float fy[P], fdy[P];
+                    bw::smx::unpack(vy[u], fy);
+                    bw::smx::unpack(vdy[u], fdy);
+#pragma unroll
+                    for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
+                }
+            }
+        }
+        const float row_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
+        PackT* dxr = bw::smx::row_packs<T, P>(dx, row, dx_stride);
+#pragma unroll 1
+        for (int base = tid; base < num_packs; base += bs * U) {
+            PackT vy[U], vdy[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) {
+                    vy[u] = Cached ? cache_y[p] : yr[p];
+                    vdy[u] = Cached ? cache_dy[p] : dyr[p];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int p = base + u * bs;
+                if (p < num_packs) {
+                    float fy[P], fdy[P];
+                    bw::smx::unpack(vy[u], fy);
+                    bw::smx::unpack(vdy[u], fdy);
+#pragma unroll
+                    for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum);
+                    dxr[p] = bw::smx::pack_from<T, P>(fy);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+// Building blocks of the optimized softmax family (kernels/softmax.cu): the two algorithms as
+// functors, the online (m, d) normalizer and its merges, and the packed row accessors.
+//
+// Like common.cuh this header includes nothing but the project's own header: NVRTC through CuPy
+// does not reliably find the toolkit's headers.
+//
+// Indexing: a row is addressed as base + row * stride with a 64-bit row index (one multiply per
+// row, so any rows * cols is correct), and a column inside a row as a 32-bit int (cols < 2^31).
+// There is no per-element division anywhere, so 64-bit row offsets cost nothing measurable; the
+// int32/int64 split the permute article needs for its index arithmetic does not arise here.
+#pragma once
+
+#include "common.cuh"
+
+namespace bw {
+namespace smx {
+
+enum Algorithm { kSoftmax = 0, kLogSoftmax = 1 };
+
+// exp for the kernels. For half and bfloat16: ex2.approx of x * log2(e) (FMUL + MUFU.EX2, flushing
+// subnormals); its relative error is about 2 ulp of float plus |x| * 2^-24 from rounding the
+// product, below 2e-6 for |x| < 30, far below the 2^-11 of the half result; where |x| is larger
+// the result is below 1e-13, under every absolute tolerance. For float32 storage the result keeps
+// float precision, so expf (about 1 ulp) is used: log-softmax's backward, dy - exp(y) * s, cancels
+// where dy ~ exp(y) * s and would turn __expf's error into a visible absolute error. Callers pass
+// x - max, formed first, so large inputs do not inflate the argument's rounding.
+template <typename T>
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+
+template <>
+__device__ __forceinline__ float fast_exp<float>(float x) { return expf(x); }
+
+// Forward math of the two algorithms, from the row's max m and sum of exp(x - m).
+template <int Algo, typename T>
+struct Forward;
+
+template <typename T>
+struct Forward<kSoftmax, T> {
+    // Per row: the scale applied to exp(x - m).
+    __device__ __forceinline__ static float finish(float sum) { return 1.0f / sum; }
+    __device__ __forceinline__ static float apply(float x, float m, float k) { return fast_exp<T>(x - m) * k; }
+};
+
+template <typename T>
+struct Forward<kLogSoftmax, T> {
+    // Per row: log(sum), subtracted from x - m. logf (not __logf): once per row, and its full
+    // accuracy matters when the sum is close to 1.
+    __device__ __forceinline__ static float finish(float sum) { return logf(sum); }
+    __device__ __forceinline__ static float apply(float x, float m, float k) { return (x - m) - k; }
+};
+
+// Backward math: dx from y, dy and the row reduction s.
+//   softmax:      s = sum(dy * y),  dx = y * (dy - s)
+//   log-softmax:  s = sum(dy),      dx = dy - exp(y) * s
+template <int Algo, typename T>
+struct Backward;
+
+template <typename T>
+struct Backward<kSoftmax, T> {
+    __device__ __forceinline__ static float term(float y, float dy) { return dy * y; }
+    __device__ __forceinline__ static float apply(float y, float dy, float s) { return (dy - s) * y; }
+};
+
+template <typename T>
+struct Backward<kLogSoftmax, T> {
+    __device__ __forceinline__ static float term(float, float dy) { return dy; }
+    __device__ __forceinline__ static float apply(float y, float dy, float s) { return dy - fast_exp<T>(y) * s; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The online normalizer (Milakov & Gimelshein 2018): a row's max m and d = sum exp(x - m) in one
+// pass. Partial results merge associatively:
+//     (m_a, d_a) + (m_b, d_b) = (m, d_a * e^(m_a - m) + d_b * e^(m_b - m)),  m = max(m_a, m_b).
+// The identity is (-inf, 0). A factor whose exponent would be -inf - (-inf) is taken as 1 (its d
+// is 0 then), so rows that start with -inf (masked scores) never produce a NaN.
+// ---------------------------------------------------------------------------------------------
+
+struct MD {
+    float m;
+    float d;
+};
+
+__device__ __forceinline__ MD md_identity() { return MD{neg_inf(), 0.0f}; }
+
+template <typename T>
+__device__ __forceinline__ float md_scale(float from, float to) {
+    return from == to ? 1.0f : fast_exp<T>(from - to);
+}
+
+template <typename T>
+__device__ __forceinline__ MD md_merge(MD a, MD b) {
+    const float m = fmaxf(a.m, b.m);
+    return MD{m, a.d * md_scale<T>(a.m, m) + b.d * md_scale<T>(b.m, m)};
+}
+
+// Adds N values at once: one rescale of the running d per pack instead of one per element.
+template <typename T, int N>
+__device__ __forceinline__ MD md_add(MD acc, const float (&v)[N]) {
+    float pm = v[0];
+#pragma unroll
+    for (int i = 1; i < N; ++i) pm = fmaxf(pm, v[i]);
+    const float m = fmaxf(acc.m, pm);
+    if (m == neg_inf()) return acc;  // nothing but -inf so far
+    float d = acc.d * md_scale<T>(acc.m, m);
+#pragma unroll
+    for (int i = 0; i < N; ++i) d += fast_exp<T>(v[i] - m);
+    return MD{m, d};
+}
+
+template <typename T, int Width>
+__device__ __forceinline__ MD warp_allreduce_md(MD v) {
+#pragma unroll
+    for (int mask = Width / 2; mask > 0; mask /= 2) {
+        MD other;
+        other.m = __shfl_xor_sync(0xffffffffu, v.m, mask, Width);
+        other.d = __shfl_xor_sync(0xffffffffu, v.d, mask, Width);
+        v = md_merge<T>(v, other);
+    }
+    return v;
+}
+
+// Block-wide (m, d) all-reduce; same contract as bw::block_allreduce (blockDim.x a multiple of 32,
+// every thread calls it, reusable straight away).
+template <typename T>
+__device__ __forceinline__ MD block_allreduce_md(MD v) {
+    __shared__ MD partials[32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    v = warp_allreduce_md<T, 32>(v);
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partials[lane] : md_identity();
+    v = warp_allreduce_md<T, 32>(v);
+    __syncthreads();
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packs: P elements moved as one access (16 bytes for P = 16 / sizeof(T)). The host only picks
+// P > 1 when cols and every row's start are multiples of P and the pointers are 16-byte aligned.
+// ---------------------------------------------------------------------------------------------
+
+template <typename T, int P>
+__device__ __forceinline__ void unpack(const Pack<T, P>& p, float (&out)[P]) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) out[i] = to_float(p.v[i]);
+}
+
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P> pack_from(const float (&in)[P]) {
+    Pack<T, P> p;
+#pragma unroll
+    for (int i = 0; i < P; ++i) p.v[i] = from_float<T>(in[i]);
+    return p;
+}
+
+// The packs of one row, at base + row * stride (stride in elements).
+template <typename T, int P>
+__device__ __forceinline__ const Pack<T, P>* row_packs(const T* base, i64 row, i64 stride) {
+    return reinterpret_cast<const Pack<T, P>*>(base + row * stride);
+}
+
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P>* row_packs(T* base, i64 row, i64 stride) {
+    return reinterpret_cast<Pack<T, P>*>(base + row * stride);
+}
+
+}  // namespace smx
+}  // namespace bw
