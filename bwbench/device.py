@@ -7,6 +7,7 @@ the copy bandwidth is measured by the harness itself (see timing.measure_copy_ce
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import socket
 import subprocess
@@ -89,8 +90,9 @@ def _cupy_version() -> str | None:
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit (with -dirty), or $BWBENCH_COMMIT where the tree was copied without .git."""
     if not (REPO_DIR / ".git").exists():
-        return None
+        return os.environ.get("BWBENCH_COMMIT") or None
     try:
         out = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True, timeout=5)
