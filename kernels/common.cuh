@@ -149,4 +149,33 @@ __device__ __forceinline__ float block_allreduce(float v) {
     return v;
 }
 
+// Keeps row = i / cols (and col = i % cols) up to date while a grid-stride loop walks the flat
+// index i, with additions only: one 64-bit division per thread instead of one per element (a
+// 64-bit division is a long software sequence, enough to make a memory-bound loop compute-bound).
+struct RowCursor {
+    i64 row, col, drow, dcol, cols;
+
+    __device__ __forceinline__ RowCursor(i64 i, i64 stride, i64 cols_) : cols(cols_) {
+        row = i / cols;
+        col = i - row * cols;
+        drow = stride / cols;
+        dcol = stride - drow * cols;
+    }
+
+    __device__ __forceinline__ void advance() {
+        row += drow;
+        col += dcol;
+        if (col >= cols) {
+            col -= cols;
+            ++row;
+        }
+    }
+};
+
+__device__ __forceinline__ i64 global_thread_index() {
+    return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ i64 grid_stride() { return static_cast<i64>(gridDim.x) * blockDim.x; }
+
 }  // namespace bw

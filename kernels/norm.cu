@@ -523,31 +523,6 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
 // Naive: one kernel per step, each reading x from global memory again.
 // =============================================================================================
 
-namespace normk {
-
-// row = i / cols kept up to date along a grid-stride walk of the flat index i with additions
-// only (a 64-bit division per element would make the elementwise kernel compute-bound).
-struct FlatCursor {
-    i64 row, col, row_step, col_step, cols;
-
-    __device__ __forceinline__ FlatCursor(i64 i, i64 stride, i64 cols_) : cols(cols_) {
-        row = i / cols;
-        col = i - row * cols;
-        row_step = stride / cols;
-        col_step = stride - row_step * cols;
-    }
-
-    __device__ __forceinline__ void next() {
-        row += row_step;
-        col += col_step;
-        if (col >= cols) {
-            col -= cols;
-            ++row;
-        }
-    }
-};
-
-}  // namespace normk
 
 // mean[r] = sum_c x[r, c] / cols   (one block per row, grid-stride)
 template <typename T>
@@ -600,11 +575,11 @@ __global__ void naive_normalize(const T* __restrict__ x, const float* __restrict
                                 const float* __restrict__ rstd, const T* __restrict__ gamma,
                                 const T* __restrict__ beta, T* __restrict__ y, i64 rows, i64 cols) {
     const i64 n = rows * cols;
-    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
-    i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const i64 stride = bw::grid_stride();
+    i64 i = bw::global_thread_index();
     if (i >= n) return;
-    normk::FlatCursor cur(i, stride, cols);
-    for (; i < n; i += stride, cur.next()) {
+    bw::RowCursor cur(i, stride, cols);
+    for (; i < n; i += stride, cur.advance()) {
         const float v = bw::to_float(x[i]);
         const float g = bw::to_float(gamma[cur.col]);
         if constexpr (kRms) {

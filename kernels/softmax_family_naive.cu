@@ -13,38 +13,10 @@
 
 #include "common.cuh"
 
-// Keeps row = i / cols up to date while a grid-stride loop walks the flat index i, with additions
-// only (one 64-bit division per thread, not one per element).
-struct NaiveRowCursor {
-    i64 row, col, drow, dcol, cols;
-
-    __device__ __forceinline__ NaiveRowCursor(i64 i, i64 stride, i64 cols_) : cols(cols_) {
-        row = i / cols;
-        col = i - row * cols;
-        drow = stride / cols;
-        dcol = stride - drow * cols;
-    }
-
-    __device__ __forceinline__ void advance() {
-        row += drow;
-        col += dcol;
-        if (col >= cols) {
-            col -= cols;
-            ++row;
-        }
-    }
-};
-
-__device__ __forceinline__ i64 naive_thread_index() {
-    return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ i64 naive_grid_stride() { return static_cast<i64>(gridDim.x) * blockDim.x; }
-
 // e[i] = exp(t[i]) into a second buffer (log-softmax still needs t afterwards)
 __global__ void naive_exp_into(const float* __restrict__ t, float* __restrict__ e, i64 n) {
-    const i64 stride = naive_grid_stride();
-    for (i64 i = naive_thread_index(); i < n; i += stride) e[i] = expf(t[i]);
+    const i64 stride = bw::grid_stride();
+    for (i64 i = bw::global_thread_index(); i < n; i += stride) e[i] = expf(t[i]);
 }
 
 // y[r, c] = t[r, c] - log(s[r]), rounded once to T
@@ -52,18 +24,18 @@ template <typename T>
 __global__ void naive_broadcast_sub_log(const float* __restrict__ t, const float* __restrict__ s,
                                         T* __restrict__ y, i64 rows, i64 cols) {
     const i64 n = rows * cols;
-    const i64 stride = naive_grid_stride();
-    i64 i = naive_thread_index();
+    const i64 stride = bw::grid_stride();
+    i64 i = bw::global_thread_index();
     if (i >= n) return;
-    NaiveRowCursor cur(i, stride, cols);
+    bw::RowCursor cur(i, stride, cols);
     for (; i < n; i += stride, cur.advance()) y[i] = bw::from_float<T>(t[i] - logf(s[cur.row]));
 }
 
 // p[i] = y[i] * dy[i] in float
 template <typename T>
 __global__ void naive_mul(const T* __restrict__ y, const T* __restrict__ dy, float* __restrict__ p, i64 n) {
-    const i64 stride = naive_grid_stride();
-    for (i64 i = naive_thread_index(); i < n; i += stride) p[i] = bw::to_float(y[i]) * bw::to_float(dy[i]);
+    const i64 stride = bw::grid_stride();
+    for (i64 i = bw::global_thread_index(); i < n; i += stride) p[i] = bw::to_float(y[i]) * bw::to_float(dy[i]);
 }
 
 // t[r, c] = dy[r, c] - s[r] in float
@@ -71,16 +43,16 @@ template <typename T>
 __global__ void naive_broadcast_sub_grad(const T* __restrict__ dy, const float* __restrict__ s,
                                          float* __restrict__ t, i64 rows, i64 cols) {
     const i64 n = rows * cols;
-    const i64 stride = naive_grid_stride();
-    i64 i = naive_thread_index();
+    const i64 stride = bw::grid_stride();
+    i64 i = bw::global_thread_index();
     if (i >= n) return;
-    NaiveRowCursor cur(i, stride, cols);
+    bw::RowCursor cur(i, stride, cols);
     for (; i < n; i += stride, cur.advance()) t[i] = bw::to_float(dy[i]) - s[cur.row];
 }
 
 // dx[i] = t[i] * y[i], rounded once to T
 template <typename T>
 __global__ void naive_mul_out(const float* __restrict__ t, const T* __restrict__ y, T* __restrict__ dx, i64 n) {
-    const i64 stride = naive_grid_stride();
-    for (i64 i = naive_thread_index(); i < n; i += stride) dx[i] = bw::from_float<T>(t[i] * bw::to_float(y[i]));
+    const i64 stride = bw::grid_stride();
+    for (i64 i = bw::global_thread_index(); i < n; i += stride) dx[i] = bw::from_float<T>(t[i] * bw::to_float(y[i]));
 }

@@ -16,35 +16,6 @@
 
 #include "common.cuh"
 
-// Keeps row = i / cols up to date while a grid-stride loop walks the flat index i, with additions
-// only: one 64-bit division per thread instead of one per element. (A 64-bit division is a long
-// software sequence, enough on its own to make these memory-bound loops compute-bound.)
-struct RowCursor {
-    i64 row, col, drow, dcol, cols;
-
-    __device__ __forceinline__ RowCursor(i64 i, i64 stride, i64 cols_) : cols(cols_) {
-        row = i / cols;
-        col = i - row * cols;
-        drow = stride / cols;
-        dcol = stride - drow * cols;
-    }
-
-    __device__ __forceinline__ void advance() {
-        row += drow;
-        col += dcol;
-        if (col >= cols) {
-            col -= cols;
-            ++row;
-        }
-    }
-};
-
-__device__ __forceinline__ i64 global_thread_index() {
-    return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ i64 grid_stride() { return static_cast<i64>(gridDim.x) * blockDim.x; }
-
 // row_max[r] = max_c x[r, c]
 template <typename T>
 __global__ void naive_reduce_max(const T* __restrict__ x, float* __restrict__ row_max, i64 rows,
@@ -65,10 +36,10 @@ template <typename T>
 __global__ void naive_broadcast_sub(const T* __restrict__ x, const float* __restrict__ row_max,
                                     float* __restrict__ tmp, i64 rows, i64 cols) {
     const i64 n = rows * cols;
-    const i64 stride = grid_stride();
-    i64 i = global_thread_index();
+    const i64 stride = bw::grid_stride();
+    i64 i = bw::global_thread_index();
     if (i >= n) return;
-    RowCursor cur(i, stride, cols);
+    bw::RowCursor cur(i, stride, cols);
     for (; i < n; i += stride, cur.advance()) {
         tmp[i] = bw::to_float(x[i]) - row_max[cur.row];
     }
@@ -76,8 +47,8 @@ __global__ void naive_broadcast_sub(const T* __restrict__ x, const float* __rest
 
 // tmp[i] = exp(tmp[i]), in place
 __global__ void naive_exp(float* __restrict__ tmp, i64 n) {
-    const i64 stride = grid_stride();
-    for (i64 i = global_thread_index(); i < n; i += stride) {
+    const i64 stride = bw::grid_stride();
+    for (i64 i = bw::global_thread_index(); i < n; i += stride) {
         tmp[i] = expf(tmp[i]);
     }
 }
@@ -102,10 +73,10 @@ __global__ void naive_broadcast_div(const float* __restrict__ tmp,
                                     const float* __restrict__ row_sum, T* __restrict__ y, i64 rows,
                                     i64 cols) {
     const i64 n = rows * cols;
-    const i64 stride = grid_stride();
-    i64 i = global_thread_index();
+    const i64 stride = bw::grid_stride();
+    i64 i = bw::global_thread_index();
     if (i >= n) return;
-    RowCursor cur(i, stride, cols);
+    bw::RowCursor cur(i, stride, cols);
     for (; i < n; i += stride, cur.advance()) {
         y[i] = bw::from_float<T>(tmp[i] / row_sum[cur.row]);
     }
