@@ -178,3 +178,20 @@ def test_validate_rejects_user_cases_that_make_no_sense():
     with pytest.raises(SelectionError, match="ranks differ"):
         suite.cases(axis_values={"shape": [(4, 8)], "perm": [(0, 2, 1)]})
     assert len(suite.cases()) == 3
+
+
+def test_a_suite_output_check_replaces_the_reference_comparison():
+    import torch
+
+    from bwbench.runner import Runner
+
+    suite = make_suite()
+    case = suite.cases()[0]
+    out, ref = torch.ones(4), torch.zeros(4, dtype=torch.float64)
+    assert not Runner._judge(suite, case, {}, out, ref).passed, "without a hook: compared with the reference"
+    suite.check_outputs(lambda case, inputs, outputs: (bool(outputs.sum() == 4), "four ones"))
+    judged = Runner._judge(suite, case, {}, out, ref)
+    assert judged.passed and judged.message == "four ones"
+    suite.check_outputs(lambda case, inputs, outputs: 1 / 0)
+    broken = Runner._judge(suite, case, {}, out, ref)
+    assert not broken.passed and "ZeroDivisionError" in broken.message
