@@ -1,0 +1,260 @@
+"""ReLU and dropout that keep a 1-bit mask for the backward (kernels/bitmask.cu), and their baselines.
+
+Mask formats (what each function returns and takes):
+
+- packed bits (`relu_forward`, `relu_forward_bytemask`, `dropout_forward`): a uint8 tensor of
+  ceil(n / 8) bytes, element i at bit i % 8 of byte i // 8, padding bits zero. The optimized
+  kernels write whole 32-bit words (4 * ceil(n / 32) bytes, allocated here) and return the first
+  ceil(n / 8) bytes as a view, so both ReLU writers return identical tensors. `pack_bits` and
+  `unpack_bits` convert from and to one bool per element with torch ops (for inputs and checks).
+- one byte per element (`dropout_forward_bytes`): uint8 0/1 of n bytes; the backward also takes a
+  torch.bool mask (torch's native_dropout format), which has the same bytes.
+
+Dropout draws from Philox4x32-10 (bitmask.cuh): element i keeps iff output i % 4 of
+Philox(counter = (i // 4, offset), key = seed) >= `dropout_threshold(p)`, so (seed, offset) fixes the
+mask; bwbench/philox.py reproduces it bit for bit.
+
+Every function takes contiguous CUDA tensors of float16, bfloat16 or float32 (any shape, treated
+as flat), allocates its outputs and launches on PyTorch's current stream (no synchronisation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bwbench.cuda.loader import KernelSource, cpp_type, grid_size, load
+
+_TYPES = ("half_t", "bf16_t", "float")
+_FLAGS = ("true", "false")
+
+SOURCE = KernelSource(
+    "bitmask.cu",
+    name_expressions=(
+        *(f"relu_forward_bitmask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+        *(f"bitmask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+        *(f"bytemask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+        *(f"dropout_forward_bitmask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+        *(f"dropout_forward_bytemask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+        *(f"relu_forward_bytemask_naive<{t}>" for t in _TYPES),
+        *(f"relu_backward_bytemask_naive<{t}>" for t in _TYPES),
+    ),
+)
+
+BLOCK = 256  # threads per block for every kernel here (a multiple of 32: the forward loops are per warp)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sizes and formats
+# ----------------------------------------------------------------------------------------------
+
+
+def packed_bytes(n: int) -> int:
+    """Bytes of a packed-bit mask of n elements as the functions here return it: ceil(n / 8)."""
+    return (n + 7) // 8
+
+
+def word_bytes(n: int) -> int:
+    """Bytes the optimized kernels write for n elements: whole 32-bit words, 4 * ceil(n / 32)."""
+    return 4 * ((n + 31) // 32)
+
+
+def pack_bits(keep: torch.Tensor) -> torch.Tensor:
+    """One bool per element -> packed bits (uint8, ceil(n / 8) bytes) in this module's format.
+
+    The result is a view of a word-padded buffer (4 * ceil(n / 32) bytes, padding zero), so the
+    optimized backward may read whole words. Torch ops only: meant for inputs and checks."""
+    flat = keep.reshape(-1).to(torch.uint8)
+    n = flat.numel()
+    padded = torch.zeros(word_bytes(n) * 8, dtype=torch.uint8, device=keep.device)
+    padded[:n] = flat
+    lanes = padded.view(-1, 8)
+    out = lanes[:, 0].clone()
+    for j in range(1, 8):
+        out |= lanes[:, j] << j
+    return out[:packed_bytes(n)]
+
+
+def unpack_bits(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """Packed bits (uint8, at least ceil(n / 8) bytes) -> one bool per element, n of them."""
+    if mask.dtype != torch.uint8 or mask.dim() != 1 or mask.numel() < packed_bytes(n):
+        raise ValueError(f"expected a 1-D uint8 mask of at least {packed_bytes(n)} bytes for {n} elements, "
+                         f"got {mask.dtype} of shape {tuple(mask.shape)}")
+    shifts = torch.arange(8, dtype=torch.uint8, device=mask.device)
+    bits = (mask[:packed_bytes(n), None] >> shifts) & 1
+    return bits.reshape(-1)[:n].bool()
+
+
+def dropout_threshold(p: float) -> int:
+    """The uint32 a Philox output must reach to keep an element: round(p * 2^32), for 0 <= p < 1.
+    Kept with probability (2^32 - threshold) / 2^32, which is 1 - p to within 2^-33."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    threshold = round(p * 2.0**32)
+    if threshold > 0xFFFFFFFF:
+        raise ValueError(f"dropout probability {p} is too close to 1 for a 32-bit threshold")
+    return threshold
+
+
+def dropout_scale(p: float) -> float:
+    """1 / (1 - p): kept values are scaled so that the expectation of y is x."""
+    return 1.0 / (1.0 - p)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_values(t: torch.Tensor, what: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        raise ValueError(f"{what} must be a CUDA tensor")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} must be contiguous, got strides {t.stride()}")
+    cpp_type(t.dtype)  # ValueError naming the supported dtypes
+
+
+def _aligned(*tensors: torch.Tensor) -> str:
+    """'true' when every pointer is 16-byte aligned (packed 16-byte accesses allowed)."""
+    return "true" if all(t.data_ptr() % 16 == 0 for t in tensors) else "false"
+
+
+def _launch(name: str, work_threads: int, args) -> None:
+    kernel = load(SOURCE).kernel(name)
+    blocks = grid_size(kernel, BLOCK, max(1, -(-work_threads // BLOCK)))
+    kernel(blocks, BLOCK, args)
+
+
+def _vec(dtype: torch.dtype) -> int:
+    return 16 // torch.empty((), dtype=dtype).element_size()
+
+
+def _new_words(n: int, device) -> torch.Tensor:
+    return torch.empty(max(1, (n + 31) // 32), dtype=torch.int32, device=device)
+
+
+def _bits_view(words: torch.Tensor, n: int) -> torch.Tensor:
+    return words.view(torch.uint8)[:packed_bytes(n)]
+
+
+def _check_bits(mask: torch.Tensor, n: int) -> None:
+    if mask.dtype != torch.uint8 or not mask.is_contiguous() or mask.numel() < packed_bytes(n):
+        raise ValueError(f"a packed-bit mask for {n} elements is a contiguous uint8 tensor of at least "
+                         f"{packed_bytes(n)} bytes, got {mask.dtype} of shape {tuple(mask.shape)}")
+    if mask.data_ptr() % 4:
+        raise ValueError("a packed-bit mask must start at a 4-byte aligned address (the kernels read words)")
+
+
+# ----------------------------------------------------------------------------------------------
+# ReLU
+# ----------------------------------------------------------------------------------------------
+
+
+def relu_forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """y = relu(x) and the packed-bit mask of x > 0, mask words built with a warp-group OR."""
+    _check_values(x, "x")
+    n = x.numel()
+    y = torch.empty_like(x)
+    words = _new_words(n, x.device)
+    if n:
+        name = f"relu_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}>"
+        _launch(name, -(-n // _vec(x.dtype)), (x, y, words, np.int64(n)))
+    return y, _bits_view(words, n)
+
+
+def relu_backward(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """dx = dy where the packed-bit mask is set, else 0: reads n / 8 mask bytes instead of y."""
+    return masked_backward(dy, mask, 1.0)
+
+
+def masked_backward(dy: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """dx = dy * scale where the packed-bit mask is set, else 0 (ReLU: scale 1; dropout: 1/(1-p))."""
+    _check_values(dy, "dy")
+    n = dy.numel()
+    _check_bits(mask, n)
+    dx = torch.empty_like(dy)
+    if n:
+        name = f"bitmask_backward<{cpp_type(dy.dtype)}, {_aligned(dy, dx)}>"
+        _launch(name, -(-n // _vec(dy.dtype)), (dy, mask, np.int64(mask.numel()), dx, np.float32(scale), np.int64(n)))
+    return dx
+
+
+def relu_forward_bytemask(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The article's first scheme: one thread per 8 elements writes one mask byte (uncoalesced
+    loads). Returns y and the same packed bits as relu_forward."""
+    _check_values(x, "x")
+    n = x.numel()
+    y = torch.empty_like(x)
+    mask = torch.empty(packed_bytes(n), dtype=torch.uint8, device=x.device)
+    if n:
+        _launch(f"relu_forward_bytemask_naive<{cpp_type(x.dtype)}>", packed_bytes(n), (x, y, mask, np.int64(n)))
+    return y, mask
+
+
+def relu_backward_bytemask(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same scheme backwards: one thread per mask byte and its 8 elements of dy."""
+    _check_values(dy, "dy")
+    n = dy.numel()
+    if mask.dtype != torch.uint8 or not mask.is_contiguous() or mask.numel() < packed_bytes(n):
+        raise ValueError(f"expected a contiguous uint8 mask of at least {packed_bytes(n)} bytes")
+    dx = torch.empty_like(dy)
+    if n:
+        _launch(f"relu_backward_bytemask_naive<{cpp_type(dy.dtype)}>", packed_bytes(n), (dy, mask, dx, np.int64(n)))
+    return dx
+
+
+# ----------------------------------------------------------------------------------------------
+# Dropout
+# ----------------------------------------------------------------------------------------------
+
+
+def _dropout_args(p: float, seed: int, offset: int):
+    if not (0 <= seed < 2**64 and 0 <= offset < 2**64):
+        raise ValueError("seed and offset are unsigned 64-bit integers")
+    return np.uint32(dropout_threshold(p)), np.float32(dropout_scale(p)), np.uint64(seed), np.uint64(offset)
+
+
+def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """y = x * keep / (1 - p) and the packed-bit keep mask; keep from Philox4x32-10 at (seed, offset)."""
+    _check_values(x, "x")
+    n = x.numel()
+    args = _dropout_args(p, seed, offset)
+    y = torch.empty_like(x)
+    words = _new_words(n, x.device)
+    if n:
+        name = f"dropout_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}>"
+        _launch(name, -(-n // _vec(x.dtype)), (x, y, words, *args, np.int64(n)))
+    return y, _bits_view(words, n)
+
+
+def dropout_forward_bytes(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same kernel keeping one byte (0/1) per element: same y, same keep decisions."""
+    _check_values(x, "x")
+    n = x.numel()
+    args = _dropout_args(p, seed, offset)
+    y = torch.empty_like(x)
+    mask = torch.empty(n, dtype=torch.uint8, device=x.device)
+    if n:
+        name = f"dropout_forward_bytemask<{cpp_type(x.dtype)}, {_aligned(x, y, mask)}>"
+        _launch(name, -(-n // _vec(x.dtype)), (x, y, mask, *args, np.int64(n)))
+    return y, mask.view(x.shape)
+
+
+def dropout_backward(dy: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
+    """dx = dy * keep / (1 - p) from the packed-bit mask."""
+    return masked_backward(dy, mask, dropout_scale(p))
+
+
+def dropout_backward_bytes(dy: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
+    """dx = dy * keep / (1 - p) from one byte per element (uint8 0/1 or torch.bool)."""
+    _check_values(dy, "dy")
+    n = dy.numel()
+    if mask.dtype not in (torch.uint8, torch.bool) or not mask.is_contiguous() or mask.numel() != n:
+        raise ValueError(f"expected a contiguous uint8 or bool mask of {n} elements, got {mask.dtype} "
+                         f"of shape {tuple(mask.shape)}")
+    mask = mask.view(torch.uint8).reshape(-1)
+    dx = torch.empty_like(dy)
+    if n:
+        name = f"bytemask_backward<{cpp_type(dy.dtype)}, {_aligned(dy, dx, mask)}>"
+        _launch(name, -(-n // _vec(dy.dtype)), (dy, mask, dx, np.float32(dropout_scale(p)), np.int64(n)))
+    return dx

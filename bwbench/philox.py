@@ -1,0 +1,88 @@
+"""Philox4x32-10 in Python, vectorized: the reference for the dropout kernels' masks.
+
+The same arithmetic runs on NumPy int64 arrays (CPU tests, Random123 known-answer vectors) and on
+torch int64 tensors (GPU reference for large masks, chunked). 32-bit words live in int64 and the
+32x32 -> 64-bit products are assembled from 16-bit limbs, so nothing ever exceeds 2^34: no
+reliance on wrap-around of signed 64-bit multiplication, which neither library promises.
+
+The dropout stream (kernels/bitmask.cuh, `dropout_keep4`): element i keeps iff output i % 4 of
+Philox at counter (lo(i // 4), hi(i // 4), lo(offset), hi(offset)) with key (lo(seed), hi(seed))
+is >= threshold = round(p * 2^32).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
+W0, W1 = 0x9E3779B9, 0xBB67AE85  # key bumps (golden ratio, sqrt(3) - 1)
+MASK32 = 0xFFFFFFFF
+ROUNDS = 10
+
+
+def _mulhilo(a: Any, m: int) -> tuple[Any, Any]:
+    """(hi, lo) 32-bit halves of a * m for a < 2^32 (array) and a 32-bit constant m."""
+    a_hi, a_lo = a >> 16, a & 0xFFFF
+    m_hi, m_lo = m >> 16, m & 0xFFFF
+    low = a_lo * m_lo
+    mid = a_hi * m_lo + a_lo * m_hi
+    t = low + ((mid & 0xFFFF) << 16)
+    lo = t & MASK32
+    hi = (a_hi * m_hi + (mid >> 16) + (t >> 32)) & MASK32
+    return hi, lo
+
+
+def philox4x32(counter: Sequence[Any], key: Sequence[Any], rounds: int = ROUNDS) -> tuple[Any, Any, Any, Any]:
+    """Philox4x32-R of four 32-bit counter words and two key words (ints, or int64 arrays/tensors
+    holding values in [0, 2^32)); returns the four output words in the same form."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key
+    for r in range(rounds):
+        if r > 0:
+            k0 = (k0 + W0) & MASK32
+            k1 = (k1 + W1) & MASK32
+        hi0, lo0 = _mulhilo(c0, M0)
+        hi1, lo1 = _mulhilo(c2, M1)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def threshold(p: float) -> int:
+    """round(p * 2^32): an element keeps when its Philox word is at least this (0 <= p < 1)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    t = round(p * 2.0**32)
+    if t > MASK32:
+        raise ValueError(f"dropout probability {p} is too close to 1 for a 32-bit threshold")
+    return t
+
+
+def dropout_keep_numpy(n: int, p: float, seed: int, offset: int = 0):
+    """The kernels' keep decision for elements 0..n-1 as a NumPy bool array (CPU)."""
+    import numpy as np
+
+    groups = np.arange((n + 3) // 4, dtype=np.int64)
+    words = philox4x32((groups & MASK32, groups >> 32, np.int64(offset & MASK32), np.int64(offset >> 32)),
+                       (np.int64(seed & MASK32), np.int64(seed >> 32)))
+    out = np.stack([np.broadcast_to(w, groups.shape) for w in words], axis=1).reshape(-1)[:n]
+    return out >= threshold(p)
+
+
+def dropout_keep_torch(n: int, p: float, seed: int, offset: int = 0, device: Any = "cuda",
+                       chunk_groups: int = 1 << 24):
+    """The same decision as a torch.bool tensor on `device`, computed in chunks (a 2^30-element
+    mask never needs more than a few hundred MB of int64 temporaries)."""
+    import torch
+
+    t = threshold(p)
+    groups_total = (n + 3) // 4
+    keep = torch.empty(groups_total * 4, dtype=torch.bool, device=device)
+    key = (seed & MASK32, seed >> 32)
+    for start in range(0, groups_total, chunk_groups):
+        g = torch.arange(start, min(start + chunk_groups, groups_total), dtype=torch.int64, device=device)
+        zeros = torch.zeros_like(g)
+        words = philox4x32((g & MASK32, g >> 32, zeros + (offset & MASK32), zeros + (offset >> 32)),
+                           (key[0], key[1]))
+        keep[start * 4:(start + g.numel()) * 4] = (torch.stack(words, dim=1) >= t).reshape(-1)
+        del g, zeros, words
+    return keep[:n]

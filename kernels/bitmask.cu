@@ -1,0 +1,209 @@
+// ReLU and dropout with a 1-bit mask for the backward (OneFlow's BN+ReLU fusion, ONNX Runtime's
+// BitmaskDropout), and the baselines the suites compare them with: the article's
+// one-thread-per-8-elements ReLU mask (uncoalesced) and a dropout that keeps one byte per element.
+//
+// Layout of the optimized kernels: a warp owns chunks of 32 * V consecutive elements (V = 16 /
+// sizeof(T): one 16-byte access per lane), lane l the V elements at chunk + l * V. Its V keep bits
+// sit at bit (l * V) % 32 of word (chunk + l * V) / 32; the G = 32 / V lanes that share a word OR
+// their bits together (group_or) and the group's first lane writes it, so a warp writes V
+// consecutive words: coalesced, and each word written once. Chunks are strided over the grid, the
+// loop is warp-uniform (every lane reaches group_or), and elements past n keep nothing, so the
+// padding bits of the last word are zero. The mask format is in bitmask.cuh.
+#include "bitmask.cuh"
+
+// i64 (common.cuh) is a global typedef.
+
+namespace bw {
+
+struct ReluKeep {
+    // Keep bits of V elements: x > 0 (a NaN is dropped, as its sign test fails).
+    template <typename T, int V>
+    __device__ __forceinline__ unsigned bits(i64 /*first*/, const T (&x)[V]) const {
+        unsigned b = 0;
+#pragma unroll
+        for (int k = 0; k < V; ++k) b |= (to_float(x[k]) > 0.0f ? 1u : 0u) << k;
+        return b;
+    }
+};
+
+struct DropoutKeep {
+    unsigned threshold;
+    unsigned long long seed;
+    unsigned long long offset;
+    // V is a multiple of 4 and `first` of V: one Philox draw per 4 elements, all 4 outputs used.
+    template <typename T, int V>
+    __device__ __forceinline__ unsigned bits(i64 first, const T (&)[V]) const {
+        unsigned b = 0;
+#pragma unroll
+        for (int d = 0; d < V / 4; ++d) b |= dropout_keep4((first >> 2) + d, threshold, seed, offset) << (4 * d);
+        return b;
+    }
+};
+
+// y = keep ? x * scale : 0, and the keep bits as a bitmask (MaskBytes false: 32-bit words) or one
+// byte (0 or 1) per element (MaskBytes true).
+template <typename T, bool Aligned, bool MaskBytes, typename Keep>
+__device__ __forceinline__ void masked_forward(const Keep& keep, const T* __restrict__ x, T* __restrict__ y,
+                                               void* __restrict__ mask, float scale, i64 n) {
+    constexpr int V = Pack16<T>::size;
+    constexpr int G = 32 / V;
+    const int lane = threadIdx.x & 31;
+    const i64 warp = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const i64 warps = (static_cast<i64>(gridDim.x) * blockDim.x) >> 5;
+    const i64 chunks = (n + 32 * V - 1) / (32 * V);
+    for (i64 c = warp; c < chunks; c += warps) {
+        const i64 first = c * (32 * V) + static_cast<i64>(lane) * V;
+        T v[V];
+        load_pack<T, V, Aligned>(x, first, n, v);
+        unsigned b = keep.template bits<T, V>(first, v);
+        if (first + V > n) {  // elements past the end keep nothing (zero padding bits)
+            const i64 valid = n - first;
+            b = valid <= 0 ? 0u : b & ((1u << valid) - 1u);
+        }
+        T out[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(v[k]) * scale) : from_float<T>(0.0f);
+        store_pack<T, V, Aligned>(y, first, n, out);
+        if constexpr (MaskBytes) {
+            unsigned char* bytes = static_cast<unsigned char*>(mask);
+            if (Aligned && first + V <= n) {  // V bytes in one access (8 or 4, aligned as first is)
+                if constexpr (V == 8) {
+                    Pack<unsigned, 2> packed;
+                    packed.v[0] = (b & 1u) | ((b >> 1) & 1u) << 8 | ((b >> 2) & 1u) << 16 | ((b >> 3) & 1u) << 24;
+                    packed.v[1] = ((b >> 4) & 1u) | ((b >> 5) & 1u) << 8 | ((b >> 6) & 1u) << 16 | ((b >> 7) & 1u) << 24;
+                    *reinterpret_cast<Pack<unsigned, 2>*>(bytes + first) = packed;
+                } else {
+                    static_assert(V == 4 || V == 8, "byte masks are written 4 or 8 bytes at a time");
+                    const unsigned packed = (b & 1u) | ((b >> 1) & 1u) << 8 | ((b >> 2) & 1u) << 16 | ((b >> 3) & 1u) << 24;
+                    *reinterpret_cast<unsigned*>(bytes + first) = packed;
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    if (first + k < n) bytes[first + k] = static_cast<unsigned char>((b >> k) & 1u);
+                }
+            }
+        } else {
+            const unsigned word = group_or<G>(b << ((lane * V) & 31));
+            const i64 w = first >> 5;
+            if ((lane & (G - 1)) == 0 && w * 32 < n) static_cast<unsigned*>(mask)[w] = word;
+        }
+    }
+}
+
+// dx = bit ? dy * scale : 0, the bits read from a bitmask (MaskBytes false) or one byte per
+// element (MaskBytes true; any nonzero byte keeps, so a torch.bool mask reads the same).
+template <typename T, bool Aligned, bool MaskBytes>
+__device__ __forceinline__ void masked_backward(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
+                                                i64 mask_bytes, T* __restrict__ dx, float scale, i64 n) {
+    constexpr int V = Pack16<T>::size;
+    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x * V;
+    for (i64 first = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * V; first < n; first += stride) {
+        T g[V];
+        load_pack<T, V, Aligned>(dy, first, n, g);
+        unsigned b = 0;
+        if constexpr (MaskBytes) {
+            if (Aligned && first + V <= n) {
+                if constexpr (V == 8) {
+                    const Pack<unsigned, 2> p = *reinterpret_cast<const Pack<unsigned, 2>*>(mask + first);
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        b |= (((p.v[0] >> (8 * k)) & 0xffu) != 0u ? 1u : 0u) << k;
+                        b |= (((p.v[1] >> (8 * k)) & 0xffu) != 0u ? 1u : 0u) << (k + 4);
+                    }
+                } else {
+                    const unsigned p = *reinterpret_cast<const unsigned*>(mask + first);
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) b |= (((p >> (8 * k)) & 0xffu) != 0u ? 1u : 0u) << k;
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; ++k) b |= (first + k < n && mask[first + k] != 0 ? 1u : 0u) << k;
+            }
+        } else {
+            b = read_bits<V>(mask, mask_bytes, first);
+        }
+        T out[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(g[k]) * scale) : from_float<T>(0.0f);
+        store_pack<T, V, Aligned>(dx, first, n, out);
+    }
+}
+
+}  // namespace bw
+
+// ---------------------------------------------------------------------------------------------
+// Kernels (CuPy name expressions). Aligned: every pointer is 16-byte aligned (the host checks).
+// ---------------------------------------------------------------------------------------------
+
+template <typename T, bool Aligned>
+__global__ void relu_forward_bitmask(const T* __restrict__ x, T* __restrict__ y, unsigned* __restrict__ words, i64 n) {
+    bw::masked_forward<T, Aligned, false>(bw::ReluKeep(), x, y, words, 1.0f, n);
+}
+
+template <typename T, bool Aligned>
+__global__ void bitmask_backward(const T* __restrict__ dy, const unsigned char* __restrict__ mask, i64 mask_bytes,
+                                 T* __restrict__ dx, float scale, i64 n) {
+    bw::masked_backward<T, Aligned, false>(dy, mask, mask_bytes, dx, scale, n);
+}
+
+template <typename T, bool Aligned>
+__global__ void bytemask_backward(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
+                                  T* __restrict__ dx, float scale, i64 n) {
+    bw::masked_backward<T, Aligned, true>(dy, mask, n, dx, scale, n);
+}
+
+template <typename T, bool Aligned>
+__global__ void dropout_forward_bitmask(const T* __restrict__ x, T* __restrict__ y, unsigned* __restrict__ words,
+                                        unsigned threshold, float scale, unsigned long long seed,
+                                        unsigned long long offset, i64 n) {
+    bw::masked_forward<T, Aligned, false>(bw::DropoutKeep{threshold, seed, offset}, x, y, words, scale, n);
+}
+
+template <typename T, bool Aligned>
+__global__ void dropout_forward_bytemask(const T* __restrict__ x, T* __restrict__ y, unsigned char* __restrict__ bytes,
+                                         unsigned threshold, float scale, unsigned long long seed,
+                                         unsigned long long offset, i64 n) {
+    bw::masked_forward<T, Aligned, true>(bw::DropoutKeep{threshold, seed, offset}, x, y, bytes, scale, n);
+}
+
+// The article's first scheme: one thread per 8 consecutive elements builds one mask byte. The
+// byte writes are coalesced, but a warp's loads of x stride 8 elements apart (16 or 32 bytes per
+// lane per load), so each load instruction touches 32 separate sectors: the "1/8 of the
+// bandwidth" the article warns about. Same mask bytes as the bitmask (bitmask.cuh).
+template <typename T>
+__global__ void relu_forward_bytemask_naive(const T* __restrict__ x, T* __restrict__ y,
+                                            unsigned char* __restrict__ mask, i64 n) {
+    const i64 nbytes = (n + 7) / 8;
+    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+    for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < nbytes; i += stride) {
+        unsigned m = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const i64 k = i * 8 + j;
+            if (k < n) {
+                const T v = x[k];
+                const bool positive = bw::to_float(v) > 0.0f;
+                y[k] = positive ? v : bw::from_float<T>(0.0f);
+                m |= (positive ? 1u : 0u) << j;
+            }
+        }
+        mask[i] = static_cast<unsigned char>(m);
+    }
+}
+
+// Its backward in the same style: one thread per mask byte and its 8 elements of dy.
+template <typename T>
+__global__ void relu_backward_bytemask_naive(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
+                                             T* __restrict__ dx, i64 n) {
+    const i64 nbytes = (n + 7) / 8;
+    const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+    for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < nbytes; i += stride) {
+        const unsigned m = mask[i];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const i64 k = i * 8 + j;
+            if (k < n) dx[k] = (m >> j) & 1u ? dy[k] : bw::from_float<T>(0.0f);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+// Helpers for the 1-bit mask kernels (kernels/bitmask.cu): the mask format, Philox4x32-10, the
+// lane-group OR that builds a mask word, and packed loads and stores with a scalar tail.
+//
+// Mask format (every bitmask kernel and bwbench/cuda/bitmask.py agree on it): element i is bit
+// (i % 32) of 32-bit word i / 32, words little-endian, bits past the last element zero. Read as
+// bytes, that is bit (i % 8) of byte i / 8: the same bytes the article's one-thread-per-8-elements
+// int8 mask writes, so both mask writers produce the same bytes for the same input.
+//
+// Like common.cuh, this header includes nothing (NVRTC may not find toolkit headers).
+#pragma once
+
+#include "common.cuh"
+
+namespace bw {
+
+// ---------------------------------------------------------------------------------------------
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011; the
+// constants and round of Random123's philox.h). Counter based: the four outputs depend only on
+// (counter, key), so any thread can draw any element's number with no state and no curand header.
+// bwbench/philox.py is the same function in Python; tests/test_philox.py checks both against
+// Random123's known-answer vectors.
+// ---------------------------------------------------------------------------------------------
+
+struct Philox4 {
+    unsigned v[4];
+};
+
+__device__ __forceinline__ Philox4 philox4x32_10(unsigned c0, unsigned c1, unsigned c2, unsigned c3,
+                                                unsigned k0, unsigned k1) {
+#pragma unroll
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {  // the key is bumped before every round but the first
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const unsigned lo0 = 0xD2511F53u * c0;
+        const unsigned hi0 = __umulhi(0xD2511F53u, c0);
+        const unsigned lo1 = 0xCD9E8D57u * c2;
+        const unsigned hi1 = __umulhi(0xCD9E8D57u, c2);
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+    }
+    Philox4 out;
+    out.v[0] = c0;
+    out.v[1] = c1;
+    out.v[2] = c2;
+    out.v[3] = c3;
+    return out;
+}
+
+// The dropout stream: element i keeps iff output (i % 4) of Philox at counter
+// (lo(i / 4), hi(i / 4), lo(offset), hi(offset)) with key (lo(seed), hi(seed)) is >= threshold,
+// where threshold = round(p * 2^32) (host side). An integer comparison, so the Python reference
+// reproduces it bit for bit with no float rounding question. Returns 4 keep bits, bit k for
+// element 4 * group + k.
+__device__ __forceinline__ unsigned dropout_keep4(i64 group, unsigned threshold, unsigned long long seed,
+                                                  unsigned long long offset) {
+    const unsigned long long g = static_cast<unsigned long long>(group);
+    const Philox4 r = philox4x32_10(static_cast<unsigned>(g), static_cast<unsigned>(g >> 32),
+                                    static_cast<unsigned>(offset), static_cast<unsigned>(offset >> 32),
+                                    static_cast<unsigned>(seed), static_cast<unsigned>(seed >> 32));
+    return (r.v[0] >= threshold ? 1u : 0u) | (r.v[1] >= threshold ? 2u : 0u) |
+           (r.v[2] >= threshold ? 4u : 0u) | (r.v[3] >= threshold ? 8u : 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// OR of a value over aligned groups of G lanes (G = 32 / elements per lane): every lane of the
+// group gets the group's mask word. sm_80+ has a single-instruction reduction over an arbitrary
+// lane set (REDUX, as ONNX Runtime's BitmaskDropout uses); before that, a butterfly of shuffles.
+// All 32 lanes must call it.
+// ---------------------------------------------------------------------------------------------
+
+template <int G>
+__device__ __forceinline__ unsigned group_or(unsigned w) {
+    static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G must be a power of two, at most 32");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned group = G == 32 ? 0xffffffffu : (((1u << (G & 31)) - 1u) << (lane & ~(G - 1u)));
+    return __reduce_or_sync(group, w);
+#else
+#pragma unroll
+    for (int o = 1; o < G; o <<= 1) w |= __shfl_xor_sync(0xffffffffu, w, o);
+    return w;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// V consecutive elements starting at `first`: one 16-byte access when the pointer is aligned
+// (Aligned, checked on the host) and the whole pack is in range; element by element otherwise.
+// Out-of-range elements load as 0 and are not stored.
+// ---------------------------------------------------------------------------------------------
+
+template <typename T, int V, bool Aligned>
+__device__ __forceinline__ void load_pack(const T* __restrict__ p, i64 first, i64 n, T (&out)[V]) {
+    if (Aligned && first + V <= n) {
+        const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(p + first);
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = pack.v[k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = first + k < n ? p[first + k] : from_float<T>(0.0f);
+    }
+}
+
+template <typename T, int V, bool Aligned>
+__device__ __forceinline__ void store_pack(T* __restrict__ p, i64 first, i64 n, const T (&in)[V]) {
+    if (Aligned && first + V <= n) {
+        Pack<T, V> pack;
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = in[k];
+        *reinterpret_cast<Pack<T, V>*>(p + first) = pack;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            if (first + k < n) p[first + k] = in[k];
+        }
+    }
+}
+
+// V bits of a packed mask starting at element `first` (a multiple of V, V divides 32): bit k of
+// the result is element first + k. The mask holds `mask_bytes` bytes; a whole word is read when
+// it lies inside them, else the bytes that do (the last word of a mask that is only
+// ceil(n / 8) bytes long).
+template <int V>
+__device__ __forceinline__ unsigned read_bits(const unsigned char* __restrict__ mask, i64 mask_bytes, i64 first) {
+    const i64 w = first >> 5;
+    unsigned word = 0;
+    if ((w + 1) * 4 <= mask_bytes) {
+        word = reinterpret_cast<const unsigned*>(mask)[w];
+    } else {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (w * 4 + b < mask_bytes) word |= static_cast<unsigned>(mask[w * 4 + b]) << (8 * b);
+        }
+    }
+    return (word >> (static_cast<unsigned>(first) & 31u)) & ((V == 32 ? 0u : (1u << V)) - 1u);
+}
+
+}  // namespace bw
