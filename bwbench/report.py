@@ -678,12 +678,27 @@ def _impl_cells(record: Record | None, impl: str, baseline: Record | None) -> st
     if record.status == "skipped":
         return f"<td class=\"skipped\" colspan=\"{span}\" title=\"{esc(record.reason or 'no reason recorded')}\">skipped</td>"
     gbps = f"{_gbps_text(record.gbps)}{_throttle_html(record)}"
+    detail = esc(cell_detail(record))
     if impl == COPY_IMPL:
-        return f"<td class=\"num\">{gbps}</td>"
+        return f"<td class=\"num\" title=\"{detail}\">{gbps}</td>"
     pct = f"{record.pct_copy:.1f}%" if _finite(record.pct_copy) else MISSING
     ratio = speedup(record, baseline)
     ratio_text = f"{ratio:.2f}×" if ratio is not None else MISSING
-    return f"<td class=\"num\">{gbps}</td><td class=\"num\">{pct}</td><td class=\"num\">{ratio_text}</td>"
+    return (f"<td class=\"num\" title=\"{detail}\">{gbps}</td><td class=\"num\">{pct}</td>"
+            f"<td class=\"num\">{ratio_text}</td>")
+
+
+def cell_detail(record: Record) -> str:
+    """Time and bytes behind a GB/s figure (shown on hover): implementations may move different bytes."""
+    parts = []
+    if record.stats and _finite(record.stats.get("median_us")):
+        parts.append(f"median {record.stats['median_us']:,.1f} µs")
+    if _number(record.bytes_total):
+        parts.append(f"{record.bytes_total / 1e6:,.1f} MB moved")
+    own = (record.extra or {}).get("own_copy")
+    if own:
+        parts.append(f"% of a copy of its own {own['bytes'] / 1e6:,.1f} MB ({own['gbps']:,.0f} GB/s)")
+    return ", ".join(parts)
 
 
 def _throttle_html(record: Record) -> str:

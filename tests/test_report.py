@@ -274,3 +274,14 @@ def test_profile_figures_show_in_the_report():
                                "bwbench_median_us": 2170.6, "ncu_time_us": 2154.0, "time_ratio": 0.99}}
     page = render_html([("H200", doc)])
     assert "Nsight Compute: bytes really moved" in page and "6.42×" in page
+
+
+def test_cells_carry_time_bytes_and_own_copy_on_hover():
+    from bwbench.report import cell_detail
+    from bwbench.results import Record
+
+    rec = Record(suite="dropout", case="n=1", params={}, dtype="float16", impl="boolmask", kind="naive", status="ok",
+                 bytes_total=1_342_177_280, stats={"median_us": 324.3}, gbps=4138.6,
+                 extra={"own_copy": {"bytes": 1_342_177_280, "gbps": 4262.9}})
+    text = cell_detail(rec)
+    assert "median 324.3 µs" in text and "1,342.2 MB moved" in text and "own 1,342.2 MB (4,263 GB/s)" in text
