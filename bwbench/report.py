@@ -12,6 +12,7 @@ import datetime as _dt
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -390,12 +391,18 @@ def _axis_text(record: Record, axis: str) -> str:
 
 
 def _sort_key(record: Record, axes: Sequence[str]) -> tuple:
-    """Numbers sort as numbers, anything else as text, so 1024 comes after 32."""
+    """Numbers sort as numbers, text naturally (digit runs as numbers), so 1024 comes after 32 and
+    the shape 49152x1024 after 49152x32."""
     key = []
     for axis in axes:
         value = record.params.get(axis)
-        key.append((0, float(value), "") if _number(value) else (1, 0.0, _axis_text(record, axis)))
+        key.append((0, (float(value),)) if _number(value) else (1, _natural_key(_axis_text(record, axis))))
     return tuple(key)
+
+
+def _natural_key(text: str) -> tuple:
+    """'49152x32' -> ('', 49152, 'x', 32, ''): split always alternates text and digits, so parts compare."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text)))
 
 
 def _last_param(records: Sequence[Record]) -> str | None:

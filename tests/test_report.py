@@ -190,6 +190,8 @@ def test_categorical_x_axis_for_shape_strings():
     doc.suites["softmax"]["x_axis"] = "shape"
     page = report.render_html([("H100", doc)])
     assert '"type":"category"' in page and "49152x1024" in page
+    # Shapes in sweep order (natural sort), not as text where "49152x1024" < "49152x32".
+    assert '"categoryarray":["49152x32","49152x1024","49152x32768"]' in page
 
 
 def test_log_axis_ticks_at_swept_values():
