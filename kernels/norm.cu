@@ -411,8 +411,11 @@ norm_warp(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // again. Thread t owns packs t, t + blockDim.x, ... in every pass, so it only ever reads back
 // what it wrote itself: the cache needs no barrier of its own. With 16-byte packs the row is
 // copied into the cache with cp.async, all of it requested before any of it is used.
+// kParams: gamma (and beta) are copied into shared memory once per block, after the row cache,
+// and the second pass reads them there. Without it every row re-reads them from L1/L2: on an
+// H200 that L2 traffic (twice the row's DRAM bytes for LayerNorm) held the tier near 50% of copy.
 // =============================================================================================
-template <typename T, bool kRms, int N, bool kCached>
+template <typename T, bool kRms, int N, bool kCached, bool kParams>
 __global__ void __launch_bounds__(1024, 1)
 norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
            T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
@@ -425,6 +428,14 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
     const int packs = cols / N;
     const int threads = blockDim.x;
     const float fcols = static_cast<float>(cols);
+    PackT* gamma_cache = cache + (kCached ? packs : 0);
+    PackT* beta_cache = gamma_cache + packs;
+    if constexpr (kParams) {  // the same packs this thread uses in every second pass: no barrier
+        for (int i = threadIdx.x; i < packs; i += threads) {
+            gamma_cache[i] = normk::load_pack<T, N>(gamma + i * N);
+            if constexpr (!kRms) beta_cache[i] = normk::load_pack<T, N>(beta + i * N);
+        }
+    }
 
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + row * cols;
@@ -492,8 +503,8 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
                 const int i = i0 + u * threads;
                 if (i < packs) {
                     if constexpr (!kCached) xs[u] = normk::load_pack<T, N>(xr + i * N);
-                    gs[u] = normk::load_pack<T, N>(gamma + i * N);
-                    if constexpr (!kRms) bs[u] = normk::load_pack<T, N>(beta + i * N);
+                    gs[u] = kParams ? gamma_cache[i] : normk::load_pack<T, N>(gamma + i * N);
+                    if constexpr (!kRms) bs[u] = kParams ? beta_cache[i] : normk::load_pack<T, N>(beta + i * N);
                 }
             }
 #pragma unroll

@@ -177,14 +177,19 @@ def warp_config(cols: int, pack: int) -> WarpConfig | None:
     return WarpConfig(pack, per_lane, 32, 1)
 
 
-def block_name(ctype: str, rms: bool, pack: int, cached: bool) -> str:
-    return f"norm_block<{ctype}, {_cpp_bool(rms)}, {pack}, {_cpp_bool(cached)}>"
+def block_name(ctype: str, rms: bool, pack: int, cached: bool, params: bool = False) -> str:
+    return f"norm_block<{ctype}, {_cpp_bool(rms)}, {pack}, {_cpp_bool(cached)}, {_cpp_bool(params)}>"
+
+
+def param_bytes(cols: int, ctype: str, rms: bool) -> int:
+    """Shared memory for gamma (and beta) when a block tier keeps them there."""
+    return (1 if rms else 2) * cols * _ITEMSIZE[ctype]
 
 
 def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names = [c.name(ctype, rms) for c in warp_configs(ctype)]
     for pack in (full_pack(ctype), 1):
-        names += [block_name(ctype, rms, pack, True), block_name(ctype, rms, pack, False)]
+        names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
     return tuple(names)
 
 
@@ -261,15 +266,26 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
         raise ValueError(f"block must be a multiple of 32 from 32 to 1024, got {block}")
     packs = cols // pack
     row_bytes = 2 * cols * _ITEMSIZE[ctype]
-    smem = cols * _ITEMSIZE[ctype]
-    cached_name = block_name(ctype, rms, pack, True)
+
+    def block_plans(tier_name: str) -> list[NormPlan]:
+        """Plans of one block tier: gamma (and beta) in shared memory first, where they fit
+        next to the row cache, then read from global memory; block sizes ranked by the model."""
+        cached = tier_name == "smem"
+        plans = []
+        for params in (True, False):
+            smem = (cols * _ITEMSIZE[ctype] if cached else 0) + (param_bytes(cols, ctype, rms) if params else 0)
+            if smem > smem_limit:
+                continue
+            name = block_name(ctype, rms, pack, cached, params)
+            fits = lambda b, name=name, smem=smem: occupancy(name, b, smem)  # noqa: E731
+            blocks = ([block] if fits(block) > 0 else []) if block is not None else rank_blocks(packs, row_bytes, cached, fits)
+            plans += [NormPlan(tier_name, name, pack, b, smem, 1) for b in blocks]
+        return plans
 
     def smem_plans() -> list[NormPlan]:
-        if tier not in (None, "smem") or smem > smem_limit:
+        if tier not in (None, "smem") or cols * _ITEMSIZE[ctype] > smem_limit:
             return []
-        blocks = ([block] if occupancy(cached_name, block, smem) > 0 else []) if block is not None else \
-            rank_blocks(packs, row_bytes, True, lambda b: occupancy(cached_name, b, smem))
-        return [NormPlan("smem", cached_name, pack, b, smem, 1) for b in blocks]
+        return block_plans("smem")
 
     if tier in (None, "warp"):
         config = warp_config(cols, pack)
@@ -285,10 +301,8 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
         return _with_alternatives(cached[0], cached[1:])
     if tier == "smem":
         raise ValueError(f"a row of {cols} x {_ITEMSIZE[ctype]} bytes does not fit in shared memory here")
-    name = block_name(ctype, rms, pack, False)
-    blocks = [block] if block is not None else \
-        (rank_blocks(packs, row_bytes, False, lambda b: occupancy(name, b, 0)) or [UNCACHED_BLOCK])
-    plans = [NormPlan("uncached", name, pack, b, 0, 1) for b in blocks]
+    plans = block_plans("uncached") or [NormPlan("uncached", block_name(ctype, rms, pack, False), pack,
+                                                 block or UNCACHED_BLOCK, 0, 1)]
     return _with_alternatives(plans[0], plans[1:])
 
 
