@@ -138,10 +138,10 @@ def backward_reference(dy: torch.Tensor, keep: torch.Tensor, x: torch.Tensor, me
 def _check_data(t, name: str, like: torch.Tensor | None = None) -> str:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
-        raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
     if t.dtype not in (torch.float16, torch.float32):
         raise ValueError(f"{name}: dtype {t.dtype} is not supported (float16 or float32)")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
     layout = layout_of(t)
     if like is not None:
         if t.shape != like.shape or t.dtype != like.dtype or t.device != like.device or layout_of(like) != layout:
