@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from bwbench.cuda.bitmask import pack_bits, packed_bytes
-from bwbench.cuda.loader import KernelSource, cpp_type, grid_size, load, max_active_blocks_per_sm
+from bwbench.cuda.loader import KernelSource, cpp_type, load, max_active_blocks_per_sm
 
 __all__ = [
     "LAYOUTS",
