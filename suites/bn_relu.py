@@ -170,7 +170,7 @@ def _decode_mask(mask, x, layout):
         return unpack_bits(mask, n), ""
     if mask.dtype == x.dtype and mask.shape == x.shape:
         return memory_order(mask, layout) > 0, ""
-    return None, f"opaque mask: {mask.dtype} of {mask.numel()} bytes"
+    return None, f"opaque mask: {mask.dtype} {tuple(mask.shape)}, {mask.numel() * mask.element_size()} bytes"
 
 
 def _compare(name, got, want, tol):

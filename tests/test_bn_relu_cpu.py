@@ -262,7 +262,8 @@ def test_forward_check_accepts_right_and_rejects_wrong(layout, variant):
     assert not mod.check(case, inputs, (y_bad, bits, right[2], right[3]))[0]
     assert not mod.check(case, inputs, right[:3])[0]
     # an opaque reserve space (cuDNN) is reported, not decoded
-    ok, message = mod.check(case, inputs, (right[0], torch.zeros(12345, dtype=torch.uint8), right[2], right[3]))
+    n_bytes = (inputs["x"].numel() + 7) // 8
+    ok, message = mod.check(case, inputs, (right[0], torch.zeros(1, n_bytes, dtype=torch.uint8), right[2], right[3]))
     assert ok and "not checked" in message
 
 

@@ -433,7 +433,7 @@ class CudnnBatchNormRelu:
         return int(desc.value)
 
     def forward(self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, z: torch.Tensor | None = None):
-        """(y, reserve, save_mean, save_invstd); y channels_last like x."""
+        """(y, reserve, save_mean, save_invstd); y channels_last like x; reserve uint8 (1, reserve_bytes)."""
         if self._lib is None:
             raise RuntimeError("this CudnnBatchNormRelu is closed")
         for name, t in (("x", x), ("z", z)):
@@ -463,7 +463,9 @@ class CudnnBatchNormRelu:
             0.0, None, None, self.eps, mean.data_ptr(), invstd.data_ptr(), self._act,
             self._workspace.data_ptr(), self.workspace_bytes, reserve.data_ptr(), self.reserve_bytes),
             "cudnnBatchNormalizationForwardTrainingEx")
-        return y, reserve[:self.reserve_bytes], mean, invstd
+        # (1, reserve_bytes): cuDNN's own layout, not this project's packed bits, so it is shaped so
+        # that nobody decodes it as such.
+        return y, reserve[:self.reserve_bytes].view(1, -1), mean, invstd
 
     __call__ = forward
 
