@@ -126,7 +126,7 @@ def test_statistics_of_data_with_a_large_mean(layout):
     beta = torch.zeros(24, device="cuda")
     y, _, mean, invstd = bn_relu_forward(x, gamma, beta, 1e-5)
     _, _, m_ref, s_ref = forward_reference(x, gamma, beta, 1e-5)
-    torch.testing.assert_close(mean.double(), m_ref, rtol=1e-7, atol=0)
+    torch.testing.assert_close(mean.double(), m_ref, rtol=2e-7, atol=0)  # half an ulp of 1e4 is 5e-8 relative
     torch.testing.assert_close(invstd.double(), s_ref, rtol=1e-4, atol=0)
 
 
