@@ -21,7 +21,7 @@ import torch
 
 from bwbench.suite import Skip
 
-__all__ = ["CudnnError", "CudnnSoftmax", "CudnnUnavailable", "cudnn_version"]
+__all__ = ["CudnnBatchNormRelu", "CudnnError", "CudnnSoftmax", "CudnnUnavailable", "cudnn_version"]
 
 
 class CudnnUnavailable(Skip):
@@ -42,6 +42,13 @@ CUDNN_DATA_HALF = 2
 CUDNN_DATA_BFLOAT16 = 9
 # cudnnTensorFormat_t
 CUDNN_TENSOR_NCHW = 0
+CUDNN_TENSOR_NHWC = 1
+# cudnnBatchNormMode_t, cudnnBatchNormOps_t, cudnnActivationMode_t, cudnnNanPropagation_t
+CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2
+CUDNN_BATCHNORM_OPS_BN_ACTIVATION = 1
+CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION = 2
+CUDNN_ACTIVATION_RELU = 1
+CUDNN_NOT_PROPAGATE_NAN = 0
 # cudnnSoftmaxAlgorithm_t
 CUDNN_SOFTMAX_FAST = 0
 CUDNN_SOFTMAX_ACCURATE = 1
@@ -73,6 +80,26 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "cudnnSoftmaxForward": (_c_int, [_c_void_p, _c_int, _c_int] + [_c_void_p] * 6),
     # (handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx)
     "cudnnSoftmaxBackward": (_c_int, [_c_void_p, _c_int, _c_int] + [_c_void_p] * 8),
+    "cudnnCreateActivationDescriptor": (_c_int, [ctypes.POINTER(_c_void_p)]),
+    "cudnnDestroyActivationDescriptor": (_c_int, [_c_void_p]),
+    # (desc, mode, reluNanOpt, coef)
+    "cudnnSetActivationDescriptor": (_c_int, [_c_void_p, _c_int, _c_int, ctypes.c_double]),
+    # (derivedBnDesc, xDesc, mode)
+    "cudnnDeriveBNTensorDescriptor": (_c_int, [_c_void_p, _c_void_p, _c_int]),
+    # (handle, mode, bnOps, xDesc, zDesc, yDesc, bnScaleBiasMeanVarDesc, activationDesc, *size)
+    "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize": (
+        _c_int, [_c_void_p, _c_int, _c_int] + [_c_void_p] * 5 + [ctypes.POINTER(ctypes.c_size_t)]),
+    # (handle, mode, bnOps, activationDesc, xDesc, *size)
+    "cudnnGetBatchNormalizationTrainingExReserveSpaceSize": (
+        _c_int, [_c_void_p, _c_int, _c_int, _c_void_p, _c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
+    # (handle, mode, bnOps, alpha, beta, xDesc, x, zDesc, z, yDesc, y, bnDesc, scale, bias,
+    #  exponentialAverageFactor, runningMean, runningVar, epsilon, saveMean, saveInvVariance,
+    #  activationDesc, workspace, workspaceBytes, reserveSpace, reserveSpaceBytes)
+    "cudnnBatchNormalizationForwardTrainingEx": (
+        _c_int, [_c_void_p, _c_int, _c_int] + [_c_void_p] * 11 + [ctypes.c_double, _c_void_p, _c_void_p,
+                                                                  ctypes.c_double, _c_void_p, _c_void_p, _c_void_p,
+                                                                  _c_void_p, ctypes.c_size_t, _c_void_p,
+                                                                  ctypes.c_size_t]),
 }
 
 _LOCK = threading.Lock()
@@ -332,4 +359,124 @@ class CudnnSoftmax:
         try:
             self.close()
         except Exception:  # interpreter shutdown: the library may already be gone
+            pass
+
+
+class CudnnBatchNormRelu:
+    """cuDNN's fused BatchNorm training forward + ReLU (CUDNN_BATCHNORM_OPS_BN_ACTIVATION), or
+    + residual add + ReLU (BN_ADD_ACTIVATION), in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode, through
+    cudnnBatchNormalizationForwardTrainingEx.
+
+    cuDNN fuses the activation only for NHWC data (channels_last), float16 (bfloat16 too) with
+    float32 scale/bias/statistics; anything else raises CudnnUnavailable with the reason. The
+    ReLU mask cuDNN keeps for its backward lives in an opaque reserve space, whose size
+    (`reserve_bytes`) is asked of cuDNN; `forward` returns it in the mask's place. Built once
+    (descriptors, workspace and reserve sizes) outside timing; running statistics are not updated
+    (NULL pointers, as cuDNN allows).
+    """
+
+    def __init__(self, shape: tuple[int, int, int, int], dtype: torch.dtype, eps: float, residual: bool,
+                 layout: str, device: int | None = None) -> None:
+        self._lib: _Library | None = None
+        self._descs: list[tuple[str, int]] = []
+        if layout != "NHWC":
+            raise CudnnUnavailable("cuDNN fuses BN with an activation only for NHWC (channels_last) data; "
+                                   f"{layout} is not supported")
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise CudnnUnavailable(f"cuDNN's fused BN+activation (persistent NHWC) takes float16/bfloat16 "
+                                   f"data, not {dtype}")
+        n, c, h, w = (int(v) for v in shape)
+        if n * c * h * w > _INT32_MAX:
+            raise CudnnUnavailable(f"shape {shape} does not fit cuDNN's int32 tensor descriptors")
+        self.shape, self.dtype, self.eps, self.residual = (n, c, h, w), dtype, float(eps), residual
+        index = torch.cuda.current_device() if device is None else int(device)
+        self.device = torch.device("cuda", index)
+        lib = _library()
+        for name in ("cudnnSetStream", "cudnnBatchNormalizationForwardTrainingEx", "cudnnDeriveBNTensorDescriptor",
+                     "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+                     "cudnnGetBatchNormalizationTrainingExReserveSpaceSize", "cudnnCreateActivationDescriptor"):
+            lib.function(name)
+        self._lib = lib
+        self._handle = _handle(lib, index)
+        self._x = self._tensor_desc()
+        lib.check(lib.function("cudnnSetTensor4dDescriptor")(self._x, CUDNN_TENSOR_NHWC, _DATA_TYPES[dtype], n, c, h, w),
+                  f"cudnnSetTensor4dDescriptor(NHWC {shape}, {dtype})")
+        self._bn = self._tensor_desc()
+        lib.check(lib.function("cudnnDeriveBNTensorDescriptor")(self._bn, self._x, CUDNN_BATCHNORM_SPATIAL_PERSISTENT),
+                  "cudnnDeriveBNTensorDescriptor")
+        act = _c_void_p()
+        lib.check(lib.function("cudnnCreateActivationDescriptor")(ctypes.byref(act)), "cudnnCreateActivationDescriptor")
+        self._act = int(act.value)
+        self._descs.append(("cudnnDestroyActivationDescriptor", self._act))
+        lib.check(lib.function("cudnnSetActivationDescriptor")(self._act, CUDNN_ACTIVATION_RELU,
+                                                               CUDNN_NOT_PROPAGATE_NAN, 0.0),
+                  "cudnnSetActivationDescriptor(RELU)")
+        self._ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION if residual else CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+        z_desc = self._x if residual else None
+        size = ctypes.c_size_t()
+        lib.check(lib.function("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize")(
+            self._handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, self._ops, self._x, z_desc, self._x, self._bn,
+            self._act, ctypes.byref(size)), "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize")
+        self.workspace_bytes = int(size.value)
+        lib.check(lib.function("cudnnGetBatchNormalizationTrainingExReserveSpaceSize")(
+            self._handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, self._ops, self._act, self._x, ctypes.byref(size)),
+            "cudnnGetBatchNormalizationTrainingExReserveSpaceSize")
+        self.reserve_bytes = int(size.value)
+        self._workspace = torch.empty(max(1, self.workspace_bytes), dtype=torch.uint8, device=self.device)
+        self._alpha, self._beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    def _tensor_desc(self) -> int:
+        lib = self._lib
+        desc = _c_void_p()
+        lib.check(lib.function("cudnnCreateTensorDescriptor")(ctypes.byref(desc)), "cudnnCreateTensorDescriptor")
+        self._descs.append(("cudnnDestroyTensorDescriptor", int(desc.value)))
+        return int(desc.value)
+
+    def forward(self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, z: torch.Tensor | None = None):
+        """(y, reserve, save_mean, save_invstd); y channels_last like x; reserve uint8 (1, reserve_bytes)."""
+        if self._lib is None:
+            raise RuntimeError("this CudnnBatchNormRelu is closed")
+        for name, t in (("x", x), ("z", z)):
+            if t is None:
+                continue
+            if tuple(t.shape) != self.shape or t.dtype != self.dtype or \
+                    not t.is_contiguous(memory_format=torch.channels_last):
+                raise ValueError(f"{name} must be a channels_last {self.dtype} tensor of shape {self.shape}")
+        if (z is not None) != self.residual:
+            raise ValueError("z is required for the residual variant and only for it")
+        c = self.shape[1]
+        for name, p in (("gamma", gamma), ("beta", beta)):
+            if p.shape != (c,) or p.dtype != torch.float32 or not p.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous float32 tensor of shape ({c},)")
+        lib = self._lib
+        lib.check(lib.function("cudnnSetStream")(self._handle, torch.cuda.current_stream(self.device).cuda_stream),
+                  "cudnnSetStream")
+        y = torch.empty_like(x, memory_format=torch.channels_last)
+        mean = torch.empty(c, dtype=torch.float32, device=x.device)
+        invstd = torch.empty(c, dtype=torch.float32, device=x.device)
+        reserve = torch.empty(max(1, self.reserve_bytes), dtype=torch.uint8, device=x.device)
+        lib.check(lib.function("cudnnBatchNormalizationForwardTrainingEx")(
+            self._handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, self._ops,
+            ctypes.byref(self._alpha), ctypes.byref(self._beta),
+            self._x, x.data_ptr(), self._x if z is not None else None, z.data_ptr() if z is not None else None,
+            self._x, y.data_ptr(), self._bn, gamma.data_ptr(), beta.data_ptr(),
+            0.0, None, None, self.eps, mean.data_ptr(), invstd.data_ptr(), self._act,
+            self._workspace.data_ptr(), self.workspace_bytes, reserve.data_ptr(), self.reserve_bytes),
+            "cudnnBatchNormalizationForwardTrainingEx")
+        # (1, reserve_bytes): cuDNN's own layout, not this project's packed bits, so it is shaped so
+        # that nobody decodes it as such.
+        return y, reserve[:self.reserve_bytes].view(1, -1), mean, invstd
+
+    __call__ = forward
+
+    def close(self) -> None:
+        descs, self._descs = self._descs, []
+        if self._lib is not None:
+            for destroy, desc in descs:
+                self._lib.function(destroy)(desc)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
             pass

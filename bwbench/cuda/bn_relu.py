@@ -1,0 +1,307 @@
+"""BatchNorm2d training forward fused with ReLU (and the residual Add+ReLU) keeping a 1-bit mask,
+and its backward, with this project's kernels (kernels/bn_relu.cu); float64 references.
+
+    bn_relu_forward(x, gamma, beta, eps, z=None) -> (y, mask, mean, invstd)
+    bn_relu_backward(dy, mask, x, mean, invstd, gamma, residual=False)
+        -> (dx, dgamma, dbeta), or (dx, dz, dgamma, dbeta) with residual=True
+
+x, z, dy, y, dx, dz: (N, C, H, W) float16 or float32, either NCHW-contiguous or channels_last
+(NHWC) — the layout is read from the strides, and outputs have x's layout. gamma, beta: float32
+of shape (C,) (BatchNorm's parameters stay float32 under mixed precision, as cuDNN requires).
+mean, invstd, dgamma, dbeta: float32 (C,). The mask is over the tensor's memory order in
+bwbench.cuda.bitmask's packed-bit format (uint8, ceil(n/8) bytes, a view of whole words).
+
+Each call runs three kernels (per-channel partial reductions, a per-channel finalize, an
+elementwise pass), so x (forward) and dy, the mask and x (backward) are read twice. Statistics are
+batch statistics, biased variance; running statistics are not updated (no implementation here
+updates them). Everything launches on PyTorch's current stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from bwbench.cuda.bitmask import pack_bits, packed_bytes
+from bwbench.cuda.loader import KernelSource, cpp_type, load, max_active_blocks_per_sm
+
+__all__ = [
+    "LAYOUTS",
+    "SOURCE",
+    "backward_reference",
+    "bn_relu_backward",
+    "bn_relu_forward",
+    "forward_reference",
+    "layout_of",
+    "memory_order",
+]
+
+LAYOUTS = ("NCHW", "NHWC")
+BLOCK = 256  # bnr::kBlock
+MAX_ELEMENTS = 2**31 - 2**26
+"""The kernels index with 32-bit integers (a grid-stride step may go up to 2^26 past the end)."""
+
+_TYPES = {"half_t": 8, "float": 4}  # storage type -> elements per 16-byte pack
+_B = ("true", "false")
+
+
+def _reduction_names(ctype: str, v: int) -> list[str]:
+    out = []
+    for kernel in ("bn_stats_nchw", "bn_stats_nhwc", "bn_grad_nchw", "bn_grad_nhwc"):
+        out += [f"bnr::{kernel}<{ctype}, {v}, true>", f"bnr::{kernel}<{ctype}, 1, false>"]
+    return out
+
+
+SOURCE = KernelSource(
+    "bn_relu.cu",
+    name_expressions=(
+        *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
+        *(f"bnr::bn_stats_finalize<{t}>" for t in _TYPES),
+        "bnr::bn_grad_finalize",
+        *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
+          for t in _TYPES for nhwc in _B for vec in _B for res in _B),
+    ),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout helpers (also used by the suite and the tests)
+# ----------------------------------------------------------------------------------------------
+
+
+def layout_of(t: torch.Tensor) -> str:
+    """"NCHW" for a contiguous (N, C, H, W) tensor, "NHWC" for a channels_last one."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 4:
+        raise ValueError(f"expected a 4-D (N, C, H, W) tensor, got {getattr(t, 'shape', type(t).__name__)}")
+    if t.is_contiguous():
+        return "NCHW"
+    if t.is_contiguous(memory_format=torch.channels_last):
+        return "NHWC"
+    raise ValueError(f"a (N, C, H, W) tensor must be contiguous (NCHW) or channels_last (NHWC), got strides {t.stride()}")
+
+
+def memory_order(t: torch.Tensor, layout: str | None = None) -> torch.Tensor:
+    """The elements of t in its memory order (the mask's order), as a 1-D view where possible."""
+    layout = layout or layout_of(t)
+    return t.permute(0, 2, 3, 1).reshape(-1) if layout == "NHWC" else t.reshape(-1)
+
+
+def make_like(shape, dtype, device, layout: str) -> torch.Tensor:
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    return torch.empty(shape, dtype=dtype, device=device, memory_format=fmt)
+
+
+# ----------------------------------------------------------------------------------------------
+# float64 references
+# ----------------------------------------------------------------------------------------------
+
+
+def _per_channel(v: torch.Tensor) -> torch.Tensor:
+    return v.reshape(1, -1, 1, 1)
+
+
+def forward_reference(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float,
+                      z: torch.Tensor | None = None):
+    """float64 (y, pre, mean, invstd): pre = (x - mean) * invstd * gamma + beta [+ z], y = relu(pre);
+    batch mean and biased variance over (N, H, W). pre is what the mask is judged against."""
+    xd = x.double()
+    mean = xd.mean(dim=(0, 2, 3))
+    var = (xd - _per_channel(mean)).square().mean(dim=(0, 2, 3))
+    invstd = 1.0 / torch.sqrt(var + eps)
+    pre = (xd - _per_channel(mean)) * _per_channel(invstd * gamma.double()) + _per_channel(beta.double())
+    if z is not None:
+        pre = pre + z.double()
+    return pre.clamp_min(0.0), pre, mean, invstd
+
+
+def backward_reference(dy: torch.Tensor, keep: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+                       invstd: torch.Tensor, gamma: torch.Tensor, residual: bool = False):
+    """float64 (dx, [dz,] dgamma, dbeta) with g = dy * keep (keep: bool, x's shape):
+    dgamma = sum(g * xhat), dbeta = sum(g), dx = gamma * invstd * (g - dbeta / M - xhat * dgamma / M),
+    M = N * H * W, using the given (saved) mean and invstd."""
+    g = torch.where(keep, dy.double(), torch.zeros((), dtype=torch.float64, device=dy.device))
+    m = x.numel() // x.shape[1]
+    xhat = (x.double() - _per_channel(mean.double())) * _per_channel(invstd.double())
+    dbeta = g.sum(dim=(0, 2, 3))
+    dgamma = (g * xhat).sum(dim=(0, 2, 3))
+    dx = _per_channel(gamma.double() * invstd.double()) * (g - _per_channel(dbeta / m) - xhat * _per_channel(dgamma / m))
+    return (dx, g, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks and launch plans
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_data(t, name: str, like: torch.Tensor | None = None) -> str:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in (torch.float16, torch.float32):
+        raise ValueError(f"{name}: dtype {t.dtype} is not supported (float16 or float32)")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
+    layout = layout_of(t)
+    if like is not None:
+        if t.shape != like.shape or t.dtype != like.dtype or t.device != like.device or layout_of(like) != layout:
+            raise ValueError(f"{name} must match x: shape {tuple(like.shape)}, {like.dtype}, {layout_of(like)}; "
+                             f"got {tuple(t.shape)}, {t.dtype}, {layout}")
+    elif t.numel() >= MAX_ELEMENTS:
+        raise ValueError(f"{name} has {t.numel()} elements; these kernels index with 32 bits (< {MAX_ELEMENTS})")
+    return layout
+
+
+def _check_param(t, name: str, x: torch.Tensor) -> None:
+    c = x.shape[1]
+    if not isinstance(t, torch.Tensor) or t.shape != (c,) or t.dtype != torch.float32 or \
+            t.device != x.device or not t.is_contiguous():
+        got = f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name} must be a contiguous float32 CUDA tensor of shape ({c},), got {got}")
+
+
+def _aligned(*tensors) -> bool:
+    return all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _wave(kernel, device: int) -> int:
+    """Blocks of BLOCK threads resident on the whole GPU at once."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, 0, device))
+
+
+def reduction_grid(layout: str, n: int, c: int, hw: int, pack: int, wave: int) -> tuple[tuple[int, int], int]:
+    """((grid x, grid y), threads across channel packs) of a per-channel reduction kernel.
+
+    NCHW: (C, S) blocks, S splits of each channel; NHWC: (tiles, S), a tile = up to 32 channel
+    packs of a row, S row splits. S fills one wave (never just over it: a second, almost empty
+    wave would double the time) and leaves each thread a few steps of work."""
+    if layout == "NCHW":
+        per_channel = n * hw
+        splits = max(1, min(wave // c, -(-per_channel // (BLOCK * pack * 4))))
+        return (c, splits), 1
+    packs = c // pack
+    tx = min(32, 1 << max(0, (packs - 1).bit_length()))
+    tiles = -(-packs // tx)
+    rows = n * hw
+    splits = max(1, min(wave // tiles, -(-rows // (BLOCK // tx * 4))))
+    return (tiles, splits), tx
+
+
+def apply_blocks(layout: str, numel: int, c: int, pack: int, vec: bool, wave: int) -> int:
+    """Blocks of the elementwise pass: one wave at most; for NHWC, a multiple of the blocks after
+    which a thread's channels repeat (its grid stride a multiple of C), so each thread loads its
+    channels' constants once."""
+    blocks = max(1, min(wave, -(-numel // (BLOCK * pack))))
+    if layout == "NHWC" and vec and blocks * BLOCK * pack < numel:
+        unit = c // math.gcd(c, BLOCK * pack)
+        blocks = max(unit, blocks // unit * unit)
+    return blocks
+
+
+def _device(t: torch.Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
+    """(storage type, pack, vectorized?) for x and the tensors that move with it."""
+    ctype = cpp_type(x.dtype)
+    pack = _TYPES[ctype]
+    _, c, h, w = x.shape
+    fits = (h * w) % pack == 0 if layout == "NCHW" else c % pack == 0
+    return ctype, pack, fits and _aligned(x, *others)
+
+
+def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x: torch.Tensor, leading: tuple,
+            ws_arrays: int) -> tuple[torch.Tensor, int]:
+    """Launch a per-channel reduction kernel; returns its workspace and S."""
+    n, c, h, w = x.shape
+    hw = h * w
+    v = pack if vec else 1
+    name = f"bnr::{kind}_{layout.lower()}<{ctype}, {v}, {'true' if vec else 'false'}>"
+    kernel = module.kernel(name)
+    (gx, gy), tx = reduction_grid(layout, n, c, hw, v, _wave(kernel, _device(x)))
+    ws = torch.empty(ws_arrays * gy * c, dtype=torch.float32, device=x.device)
+    if layout == "NCHW":
+        tail = (np.int32(c), np.int32(hw), np.int32(n * hw))
+    else:
+        tail = (np.int32(n * hw), np.int32(c), np.int32(tx))
+    kernel((gx, gy), BLOCK, (*leading, ws, *tail))
+    return ws, gy
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward and backward
+# ----------------------------------------------------------------------------------------------
+
+
+def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float,
+                    z: torch.Tensor | None = None):
+    """(y, mask, mean, invstd): y = relu(BN(x) [+ z]) with batch statistics; mask bit = (pre-activation > 0)."""
+    layout = _check_data(x, "x")
+    if z is not None:
+        _check_data(z, "z", like=x)
+    _check_param(gamma, "gamma", x)
+    _check_param(beta, "beta", x)
+    if not (isinstance(eps, (int, float)) and eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+    n, c, h, w = x.shape
+    numel = x.numel()
+    if numel == 0:
+        raise ValueError(f"x is empty (shape {tuple(x.shape)}): no batch statistics")
+    y = make_like(x.shape, x.dtype, x.device, layout)
+    words = torch.empty(max(1, (numel + 31) // 32), dtype=torch.int32, device=x.device)
+    mean = torch.empty(c, dtype=torch.float32, device=x.device)
+    invstd = torch.empty(c, dtype=torch.float32, device=x.device)
+    mask = words.view(torch.uint8)[:packed_bytes(numel)]
+    module = load(SOURCE)
+    ctype, pack, vec = _plan(x, layout, z, y)
+    ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
+    fin = module.kernel(f"bnr::bn_stats_finalize<{ctype}>")
+    fin(-(-c * 32 // BLOCK), BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1),
+                                     np.float32(eps), mean, invstd, np.int32(c)))
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
+    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, _device(x)))
+    apply(blocks, BLOCK, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c), np.int32(h * w)))
+    return y, mask, mean, invstd
+
+
+def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+                     invstd: torch.Tensor, gamma: torch.Tensor, residual: bool = False):
+    """(dx, [dz,] dgamma, dbeta) through the ReLU mask and BN with the saved mean and invstd."""
+    layout = _check_data(x, "x")
+    _check_data(dy, "dy", like=x)
+    for name, p in (("mean", mean), ("invstd", invstd), ("gamma", gamma)):
+        _check_param(p, name, x)
+    numel = x.numel()
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.uint8 or mask.dim() != 1 or \
+            not mask.is_contiguous() or mask.numel() < packed_bytes(numel) or mask.device != x.device:
+        raise ValueError(f"mask must be a contiguous 1-D uint8 CUDA tensor of at least {packed_bytes(numel)} bytes "
+                         f"(packed bits of {numel} elements)")
+    if mask.data_ptr() % 4:
+        raise ValueError("mask must start at a 4-byte aligned address (the kernels read 32-bit words)")
+    if numel == 0:
+        raise ValueError(f"x is empty (shape {tuple(x.shape)})")
+    n, c, h, w = x.shape
+    dx = make_like(x.shape, x.dtype, x.device, layout)
+    dz = make_like(x.shape, x.dtype, x.device, layout) if residual else None
+    dgamma = torch.empty(c, dtype=torch.float32, device=x.device)
+    dbeta = torch.empty(c, dtype=torch.float32, device=x.device)
+    module = load(SOURCE)
+    ctype, pack, vec = _plan(x, layout, dy, dx, dz)
+    mask_bytes = np.int32(mask.numel())
+    ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
+    module.kernel("bnr::bn_grad_finalize")(-(-c * 32 // BLOCK), BLOCK,
+                                           (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
+    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, _device(x)))
+    apply(blocks, BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, np.int32(numel),
+                          np.int32(c), np.int32(h * w), np.float32(1.0 / (numel // c))))
+    return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
+
+
+def keep_mask(keep: torch.Tensor) -> torch.Tensor:
+    """Packed bits of a bool tensor of x's shape, in its memory order (for inputs and checks)."""
+    return pack_bits(memory_order(keep))

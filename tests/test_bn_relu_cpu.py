@@ -1,0 +1,319 @@
+"""CPU checks of the bn_relu suite: float64 references against torch autograd, byte models against
+hand counts, launch plans, the kernels' index walks (mirrored in NumPy), input errors, and the
+suite's output check on CPU tensors standing in for right and wrong outputs."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from bwbench.cuda import bn_relu
+from bwbench.cuda.bitmask import unpack_bits
+from bwbench.discovery import get_suite
+from bwbench.suite import Case, SelectionError
+
+
+def _module():
+    from bwbench.paths import suites_dir
+
+    spec = importlib.util.spec_from_file_location("_bn_relu_test_suite", suites_dir() / "bn_relu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _case(direction="forward", variant="bn_relu", shape=(3, 37, 9, 11), layout="NCHW", dtype="float32"):
+    return Case("bn_relu", {"direction": direction, "variant": variant, "shape": shape, "layout": layout}, dtype)
+
+
+def _autograd(x, gamma, beta, eps, z, dy):
+    """torch's own float64 BatchNorm (training) + [add] + ReLU and its autograd backward."""
+    x = x.double().detach().requires_grad_()
+    g = gamma.double().detach().requires_grad_()
+    b = beta.double().detach().requires_grad_()
+    zz = z.double().detach().requires_grad_() if z is not None else None
+    pre = torch.nn.functional.batch_norm(x, None, None, g, b, training=True, eps=eps)
+    if zz is not None:
+        pre = pre + zz
+    y = torch.relu(pre)
+    y.backward(dy.double())
+    return y.detach(), pre.detach(), x.grad, g.grad, b.grad, (zz.grad if zz is not None else None)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_references_match_torch_autograd_float64(residual, layout):
+    gen = torch.Generator().manual_seed(5)
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    shape = (3, 5, 4, 7)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 1).contiguous(memory_format=fmt)
+    gamma, beta = torch.randn(5, generator=gen) + 1, torch.randn(5, generator=gen)
+    z = torch.randn(shape, generator=gen, dtype=torch.float64) if residual else None
+    dy = torch.randn(shape, generator=gen, dtype=torch.float64)
+    y_t, pre_t, dx_t, dg_t, db_t, dz_t = _autograd(x, gamma, beta, 1e-5, z, dy)
+
+    y, pre, mean, invstd = bn_relu.forward_reference(x, gamma, beta, 1e-5, z)
+    torch.testing.assert_close(y, y_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(pre, pre_t, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(mean, x.mean(dim=(0, 2, 3)), rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(invstd, 1 / torch.sqrt(x.var(dim=(0, 2, 3), unbiased=False) + 1e-5), rtol=1e-12, atol=0)
+
+    out = bn_relu.backward_reference(dy, pre > 0, x, mean, invstd, gamma, residual)
+    torch.testing.assert_close(out[0], dx_t, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out[-2], dg_t, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out[-1], db_t, rtol=1e-10, atol=1e-12)
+    if residual:
+        torch.testing.assert_close(out[1], dz_t, rtol=0, atol=0)
+
+
+def test_memory_order_and_layout():
+    x = torch.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2).float()
+    assert bn_relu.layout_of(x) == "NCHW"
+    cl = x.contiguous(memory_format=torch.channels_last)
+    assert bn_relu.layout_of(cl) == "NHWC"
+    # memory order of a channels_last tensor is its storage order
+    assert torch.equal(bn_relu.memory_order(cl), torch.as_strided(cl, (cl.numel(),), (1,)))
+    assert torch.equal(bn_relu.memory_order(x), x.reshape(-1))
+    with pytest.raises(ValueError, match="contiguous \\(NCHW\\) or channels_last"):
+        bn_relu.layout_of(x.transpose(2, 3))
+    with pytest.raises(ValueError, match="4-D"):
+        bn_relu.layout_of(torch.zeros(3, 4))
+
+
+def test_launchers_refuse_bad_input_clearly():
+    x = torch.zeros(2, 3, 4, 4)
+    g = torch.ones(3)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        bn_relu.bn_relu_forward(x, g, g, 1e-5)
+    with pytest.raises(ValueError, match="dtype"):
+        bn_relu._check_data(torch.zeros(2, 3, 4, 4, dtype=torch.int32), "x")
+
+
+# ----------------------------------------------------------------------------------------------
+# Byte models
+# ----------------------------------------------------------------------------------------------
+
+
+def test_byte_models_by_hand():
+    suite = get_suite("bn_relu")
+    impls = suite.implementations
+    n, c = 32 * 64 * 112 * 112, 64
+    for dtype, s in (("float16", 2), ("float32", 4)):
+        fwd = _case("forward", "bn_relu", (32, 64, 112, 112), "NHWC", dtype)
+        add = _case("forward", "bn_add_relu", (32, 64, 112, 112), "NHWC", dtype)
+        bwd = _case("backward", "bn_relu", (32, 64, 112, 112), "NHWC", dtype)
+        bwd_add = _case("backward", "bn_add_relu", (32, 64, 112, 112), "NHWC", dtype)
+        m = n // 8
+        # optimized: x twice + y + mask (+ z) + gamma, beta, mean, invstd
+        assert suite.traffic_of(impls["optimized"], fwd).total == 3 * n * s + m + 16 * c
+        assert suite.traffic_of(impls["optimized"], add).total == 4 * n * s + m + 16 * c
+        # backward: (dy, mask, x) twice, dx (+ dz); mean, invstd, gamma read; dgamma, dbeta written
+        assert suite.traffic_of(impls["optimized"], bwd).total == 5 * n * s + 2 * m + 20 * c
+        assert suite.traffic_of(impls["optimized"], bwd_add).total == 6 * n * s + 2 * m + 20 * c
+        # torch: BN 3ns, relu_ 2ns (+ add_ 3ns); backward 3ns + 5ns
+        assert suite.traffic_of(impls["torch"], fwd).total == 5 * n * s + 16 * c
+        assert suite.traffic_of(impls["torch"], add).total == 8 * n * s + 16 * c
+        assert suite.traffic_of(impls["torch"], bwd).total == 8 * n * s + 20 * c
+        assert suite.traffic_of(impls["torch"], bwd_add).total == 8 * n * s + 20 * c
+        assert suite.traffic_of(impls["cudnn"], fwd) == suite.traffic_of(impls["optimized"], fwd)
+    # the ResNet shapes reach the 64 MB target size in float16 except the 7x7 stage
+    sizes = {shape: suite.compute_traffic(_case(shape=shape, dtype="float16")).total for shape in _module().SHAPES}
+    assert sizes[(32, 64, 112, 112)] > 64e6 and sizes[(32, 256, 56, 56)] > 64e6 and sizes[(32, 2048, 7, 7)] < 64e6
+
+
+def test_suite_wiring():
+    suite = get_suite("bn_relu")
+    assert list(suite.axes) == ["direction", "variant", "shape", "layout"]
+    assert set(suite.implementations) == {"optimized", "torch", "cudnn"}
+    assert {i.kind for i in suite.implementations.values()} == {"cuda", "torch", "cudnn"}
+    assert len(suite.cases()) == 2 * 2 * 3 * 2  # float16 by default
+    assert len(suite.cases(["float16", "float32"], quick=True)) == 2 * 2 * 2 * 2 * 2
+    assert all("mask" in i.description or "reserve" in i.description or "keeps" in i.description.lower()
+               for i in suite.implementations.values())
+    with pytest.raises(SelectionError, match="at least 2 values"):
+        suite.cases(axis_values={"shape": [(1, 3, 1, 1)]})
+    with pytest.raises(SelectionError, match="bfloat16"):
+        suite.cases(["bfloat16"])
+
+
+def test_cudnn_skips_what_it_cannot_fuse():
+    from bwbench.suite import Skip
+
+    impl = get_suite("bn_relu").implementations["cudnn"]
+    with pytest.raises(Skip, match="reserve"):
+        impl.build(_case("backward", layout="NHWC", dtype="float16"))
+    from bwbench.cuda.cudnn import CudnnBatchNormRelu, CudnnUnavailable
+
+    with pytest.raises(CudnnUnavailable, match="NHWC"):
+        CudnnBatchNormRelu((2, 8, 4, 4), torch.float16, 1e-5, False, "NCHW")
+    with pytest.raises(CudnnUnavailable, match="float16"):
+        CudnnBatchNormRelu((2, 8, 4, 4), torch.float32, 1e-5, False, "NHWC")
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch plans and the kernels' index walks, mirrored in NumPy
+# ----------------------------------------------------------------------------------------------
+
+
+def test_reduction_grid_never_spills_into_a_second_wave():
+    wave = 132 * 8
+    for c in (64, 256, 2048, 37):
+        (gx, gy), tx = bn_relu.reduction_grid("NCHW", 32, c, 3136, 8, wave)
+        assert gx == c and tx == 1 and (gx * gy <= wave or gy == 1)
+    (gx, gy), tx = bn_relu.reduction_grid("NHWC", 32, 64, 12544, 8, wave)
+    assert tx == 8 and gx == 1 and gx * gy <= wave
+    (gx, gy), tx = bn_relu.reduction_grid("NHWC", 32, 2048, 49, 8, wave)
+    assert tx == 32 and gx == 8 and gx * gy <= wave
+
+
+@pytest.mark.parametrize("c", [64, 256, 2048, 48, 1000])
+def test_nhwc_apply_grid_keeps_each_thread_on_its_channels(c):
+    for pack in (8, 4):
+        numel = 32 * c * 56 * 56
+        blocks = bn_relu.apply_blocks("NHWC", numel, c, pack, True, 132 * 8)
+        assert (blocks * bn_relu.BLOCK * pack) % c == 0
+
+
+def _nchw_walk(n, c, hw, v, splits):
+    """Offsets bn_stats_nchw / bn_grad_nchw visit for each channel (the kernel's loop in NumPy)."""
+    per_channel, block = n * hw, bn_relu.BLOCK
+    seen = {}
+    for ch in range(c):
+        offs = []
+        for s in range(splits):
+            starts = (s * block + np.arange(block)) * v
+            for j0 in range(0, per_channel, splits * block * v):
+                j = starts + j0
+                j = j[j < per_channel]
+                plane = j // hw
+                base = (plane * c + ch) * hw + (j - plane * hw)
+                offs.append((base[:, None] + np.arange(v)).ravel())
+        seen[ch] = np.sort(np.concatenate(offs))
+    return seen
+
+
+@pytest.mark.parametrize("shape,v", [((3, 5, 4, 6), 8), ((3, 37, 9, 11), 1), ((2, 4, 8, 8), 4)])
+def test_nchw_reduction_walk_covers_each_channel_once(shape, v):
+    n, c, h, w = shape
+    (gx, gy), _ = bn_relu.reduction_grid("NCHW", n, c, h * w, v, 16)
+    idx = np.arange(n * c * h * w).reshape(n, c, h * w)
+    for ch, offs in _nchw_walk(n, c, h * w, v, gy).items():
+        assert np.array_equal(offs, np.sort(idx[:, ch, :].ravel()))
+
+
+@pytest.mark.parametrize("shape,v", [((3, 16, 5, 7), 8), ((2, 37, 3, 5), 1), ((2, 2048, 2, 2), 8), ((4, 12, 3, 3), 4)])
+def test_nhwc_reduction_walk_covers_each_channel_once(shape, v):
+    n, c, h, w = shape
+    rows = n * h * w
+    (tiles, splits), tx = bn_relu.reduction_grid("NHWC", n, c, h * w, v, 16)
+    ty = bn_relu.BLOCK // tx
+    count = np.zeros((rows, c), dtype=int)
+    for bx in range(tiles):
+        for s in range(splits):
+            for t in range(bn_relu.BLOCK):
+                c0 = (bx * tx + t % tx) * v
+                if c0 >= c:
+                    continue
+                for r in range(s * ty + t // tx, rows, splits * ty):
+                    count[r, c0:c0 + v] += 1
+    assert (count == 1).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# The suite's output check
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+def test_forward_check_accepts_right_and_rejects_wrong(layout, variant):
+    mod = _module()
+    case = _case("forward", variant, (3, 37, 9, 11), layout, "float32")
+    inputs = mod.inputs(case, torch.Generator().manual_seed(11))
+    y, bits, mean, invstd = mod.reference(**inputs)
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    right = (y.float().contiguous(memory_format=fmt), bits, mean.float(), invstd.float())
+    ok, message = mod.check(case, inputs, right)
+    assert ok, message
+    assert ok and "mask == (pre > 0)" in message
+    # torch's format: the kept y stands for the mask
+    assert mod.check(case, inputs, (right[0], right[0], right[2], right[3]))[0]
+    # a flipped mask bit far from zero fails
+    _, pre, _, _ = bn_relu.forward_reference(inputs["x"], inputs["gamma"], inputs["beta"], 1e-5, inputs.get("z"))
+    far = int((bn_relu.memory_order(pre).abs() > 0.1).nonzero()[0, 0])
+    wrong = bits.clone()
+    wrong[far // 8] ^= 1 << (far % 8)
+    ok, message = mod.check(case, inputs, (right[0], wrong, right[2], right[3]))
+    assert not ok and "mask" in message
+    # padding bits must be zero
+    n = inputs["x"].numel()
+    padded = bits.clone()
+    padded[-1] |= 0x80
+    assert n % 8 and not mod.check(case, inputs, (right[0], padded, right[2], right[3]))[0]
+    # wrong statistics, y poisoned, wrong arity
+    assert not mod.check(case, inputs, (right[0], bits, right[2] + 1e-3, right[3]))[0]
+    assert not mod.check(case, inputs, (right[0], bits, right[2], right[3] * (1 + 1e-4)))[0]
+    y_bad = right[0].clone()
+    y_bad[0, 0, 0, 1] = float("nan")
+    assert not mod.check(case, inputs, (y_bad, bits, right[2], right[3]))[0]
+    assert not mod.check(case, inputs, right[:3])[0]
+    # an opaque reserve space (cuDNN) is reported, not decoded
+    n_bytes = (inputs["x"].numel() + 7) // 8
+    ok, message = mod.check(case, inputs, (right[0], torch.zeros(1, n_bytes, dtype=torch.uint8), right[2], right[3]))
+    assert ok and "not checked" in message
+
+
+def test_mask_band_lets_near_zero_ties_go_either_way():
+    mod = _module()
+    case = _case("forward", "bn_relu", (2, 3, 4, 5), "NCHW", "float32")
+    inputs = mod.inputs(case, torch.Generator().manual_seed(2))
+    # make one pre-activation exactly 0: beta_c = -(x - mean) * invstd * gamma at element 0
+    _, pre, mean, invstd = bn_relu.forward_reference(inputs["x"], inputs["gamma"], inputs["beta"], 1e-5)
+    inputs["beta"][0] -= float(pre[0, 0, 0, 0])
+    y, bits, mean, invstd = mod.reference(**inputs)
+    flipped = bits.clone()
+    flipped[0] ^= 1  # element 0 sits on the tie
+    ok, message = mod.check(case, inputs, (y.float(), flipped, mean.float(), invstd.float()))
+    assert ok, message
+
+
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_backward_check_accepts_right_and_rejects_wrong(variant, layout):
+    mod = _module()
+    case = _case("backward", variant, (3, 37, 9, 11), layout, "float16")
+    inputs = mod.inputs(case, torch.Generator().manual_seed(12))
+    assert torch.equal(unpack_bits(inputs["mask"], inputs["x"].numel()), bn_relu.memory_order(inputs["y"] > 0))
+    ref = mod.reference(**inputs)
+    res = variant == "bn_add_relu"
+    assert len(ref) == (4 if res else 3)
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    dx = ref[0].half().contiguous(memory_format=fmt)
+    outs = [dx, *(t.float() for t in ref[-2:])]
+    if res:
+        outs.insert(1, ref[1].half())
+    ok, message = mod.check(case, inputs, tuple(outs))
+    assert ok, message
+    bad = list(outs)
+    bad[-1] = bad[-1].clone()
+    bad[-1][3] += 0.5  # one element's gradient more in dbeta
+    assert not mod.check(case, inputs, tuple(bad))[0]
+    bad = list(outs)
+    bad[0] = (ref[0] * 1.01).half()
+    assert not mod.check(case, inputs, tuple(bad))[0]
+    if res:
+        bad = list(outs)
+        bad[1] = inputs["dy"]  # dz must be masked
+        assert not mod.check(case, inputs, tuple(bad))[0]
+    assert not mod.check(case, inputs, tuple(outs[:2]))[0]
+
+
+def test_sum_tolerance_scales_with_the_terms():
+    mod = _module()
+    want = torch.tensor([10.0, -3.0], dtype=torch.float64)
+    terms = torch.tensor([1e5, 1e5], dtype=torch.float64)
+    assert mod._check_sum("dbeta", torch.tensor([10.05, -3.05]), want, terms) is None  # 0.05 < 1e-6 * 1e5
+    assert mod._check_sum("dbeta", torch.tensor([10.5, -3.0]), want, terms) is not None

@@ -1,0 +1,199 @@
+"""GPU checks of the bn_relu kernels (kernels/bn_relu.cu) against the float64 references: odd shapes
+(C not a multiple of 8, H*W odd, N = 1), both layouts, both dtypes, both variants, outputs poisoned
+first, aligned and misaligned; statistics of data with a large mean; the cuDNN wrapper; and the
+suite through the harness's own check. Run with `pytest -m gpu`; skips without a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
+]
+
+SHAPES = [(1, 3, 1, 5), (3, 37, 9, 11), (2, 16, 4, 4), (4, 64, 7, 7), (2, 40, 28, 28), (8, 256, 14, 14),
+          (2, 2048, 7, 7)]
+DTYPES = ["float16", "float32"]
+
+
+def _suite_module():
+    from bwbench.paths import suites_dir
+
+    spec = importlib.util.spec_from_file_location("_bn_relu_gpu_suite", suites_dir() / "bn_relu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MOD = _suite_module()
+
+
+def _case(direction, variant, shape, layout, dtype):
+    from bwbench.suite import Case
+
+    return Case("bn_relu", {"direction": direction, "variant": variant, "shape": shape, "layout": layout}, dtype)
+
+
+def _poison(n_bytes: int) -> None:
+    """Hand the caching allocator blocks of 0xFF (NaN in every float format, set bits in a mask)."""
+    blocks = [torch.empty(n_bytes + 4096, dtype=torch.uint8, device="cuda") for _ in range(6)]
+    for b in blocks:
+        b.fill_(0xFF)
+    del blocks
+
+
+def _inputs(case, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return MOD.inputs(case, gen)
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """The same values at an address 1 element past a 16-byte boundary, same layout."""
+    from bwbench.cuda.bn_relu import layout_of
+
+    n, c, h, w = t.shape
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    if layout_of(t) == "NHWC":
+        out = buf.view(n, h, w, c).permute(0, 3, 1, 2)
+    else:
+        out = buf.view(n, c, h, w)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_forward_matches_reference(shape, dtype, layout, variant, misaligned):
+    from bwbench.cuda.bitmask import packed_bytes
+    from bwbench.cuda.bn_relu import bn_relu_forward, layout_of
+
+    case = _case("forward", variant, shape, layout, dtype)
+    inputs = _inputs(case, seed=sum(shape))
+    if misaligned:
+        inputs["x"] = _misaligned(inputs["x"])
+        if "z" in inputs:
+            inputs["z"] = _misaligned(inputs["z"])
+    x = inputs["x"]
+    _poison(x.numel() * 8)
+    y, mask, mean, invstd = bn_relu_forward(x, inputs["gamma"], inputs["beta"], inputs["eps"], inputs.get("z"))
+    torch.cuda.synchronize()
+    assert layout_of(y) == layout and mask.numel() == packed_bytes(x.numel())
+    ok, message = MOD.check(case, inputs, (y, mask, mean, invstd))
+    assert ok, f"{case}: {message}"
+    # bytes past ceil(n/8) in the last mask word are zero as well
+    words = torch.empty(0, dtype=torch.uint8, device="cuda").set_(mask.untyped_storage(), 0,
+                                                                  (4 * ((x.numel() + 31) // 32),))
+    assert not bool(words[packed_bytes(x.numel()):].any())
+
+
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backward_matches_reference(shape, dtype, layout, variant, misaligned):
+    from bwbench.cuda.bn_relu import bn_relu_backward
+
+    case = _case("backward", variant, shape, layout, dtype)
+    inputs = _inputs(case, seed=sum(shape) + 1)
+    if misaligned:
+        inputs["x"] = _misaligned(inputs["x"])
+        inputs["dy"] = _misaligned(inputs["dy"])
+    _poison(inputs["x"].numel() * 8)
+    out = bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"], inputs["invstd"],
+                           inputs["gamma"], residual=variant == "bn_add_relu")
+    torch.cuda.synchronize()
+    ok, message = MOD.check(case, inputs, out)
+    assert ok, f"{case}: {message}"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_statistics_of_data_with_a_large_mean(layout):
+    """Shifted sums: a channel of mean 1e4 and std 1 keeps invstd to float32 accuracy."""
+    from bwbench.cuda.bn_relu import bn_relu_forward, forward_reference
+
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = (1e4 + torch.randn(16, 24, 30, 30, generator=gen, device="cuda")).contiguous(memory_format=fmt)
+    gamma = torch.ones(24, device="cuda")
+    beta = torch.zeros(24, device="cuda")
+    y, _, mean, invstd = bn_relu_forward(x, gamma, beta, 1e-5)
+    _, _, m_ref, s_ref = forward_reference(x, gamma, beta, 1e-5)
+    torch.testing.assert_close(mean.double(), m_ref, rtol=2e-7, atol=0)  # half an ulp of 1e4 is 5e-8 relative
+    torch.testing.assert_close(invstd.double(), s_ref, rtol=1e-4, atol=0)
+
+
+def test_constant_channel_gives_invstd_of_eps():
+    from bwbench.cuda.bn_relu import bn_relu_forward
+
+    x = torch.full((2, 8, 5, 5), 3.25, device="cuda")
+    y, mask, mean, invstd = bn_relu_forward(x, torch.ones(8, device="cuda"), torch.full((8,), 0.5, device="cuda"), 1e-5)
+    assert torch.equal(mean, torch.full_like(mean, 3.25))
+    torch.testing.assert_close(invstd, torch.full_like(invstd, 1e-5 ** -0.5))
+    assert torch.equal(y, torch.full_like(y, 0.5)) and bool((mask[:-1] == 0xFF).all())
+
+
+def test_bad_inputs_are_clear_errors():
+    from bwbench.cuda.bn_relu import bn_relu_backward, bn_relu_forward
+
+    x = torch.randn(2, 8, 4, 4, device="cuda")
+    g = torch.ones(8, device="cuda")
+    with pytest.raises(ValueError, match="float32 CUDA tensor of shape \\(8,\\)"):
+        bn_relu_forward(x, g.half(), g, 1e-5)
+    with pytest.raises(ValueError, match="must match x"):
+        bn_relu_forward(x, g, g, 1e-5, z=x.half())
+    with pytest.raises(ValueError, match="eps"):
+        bn_relu_forward(x, g, g, 0.0)
+    with pytest.raises(ValueError, match="mask"):
+        bn_relu_backward(x, torch.zeros(3, dtype=torch.uint8, device="cuda"), x, g, g, g)
+    with pytest.raises(ValueError, match="channels_last"):
+        bn_relu_forward(x.transpose(2, 3), g, g, 1e-5)
+
+
+def test_cudnn_fused_forward_matches_reference():
+    from bwbench.cuda.cudnn import CudnnBatchNormRelu, CudnnUnavailable
+
+    for variant in ("bn_relu", "bn_add_relu"):
+        case = _case("forward", variant, (4, 64, 14, 14), "NHWC", "float16")
+        inputs = _inputs(case, seed=9)
+        try:
+            bn = CudnnBatchNormRelu(case.shape, torch.float16, 1e-5, variant == "bn_add_relu", "NHWC")
+            out = bn.forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs.get("z"))
+        except CudnnUnavailable as exc:
+            pytest.skip(f"cuDNN fused BN+ReLU unavailable: {exc}")
+        torch.cuda.synchronize()
+        print(f"cuDNN reserve space for {case.shape}: {bn.reserve_bytes} bytes (n/8 = {inputs['x'].numel() // 8})")
+        ok, message = MOD.check(case, inputs, out)
+        assert ok, message
+
+
+def test_suite_passes_the_harness_check(tmp_path):
+    """Every implementation of the suite passes (or is skipped with a reason) on the quick shapes."""
+    from bwbench.device import query_device
+    from bwbench.discovery import get_suite
+    from bwbench.results import ResultsWriter, RunDocument
+    from bwbench.runner import Runner, RunSettings
+    from bwbench.stats import SamplingPolicy
+    from bwbench.timing import Timer
+
+    suite = get_suite("bn_relu")
+    cases = suite.cases(["float16", "float32"], {"shape": [MOD.ODD, (8, 256, 14, 14)]})
+    device = torch.device("cuda", torch.cuda.current_device())
+    facts = query_device(device)
+    timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz, SamplingPolicy(min_samples=3, max_seconds=0.05))
+    doc = RunDocument(environment=facts.to_dict(), options={}, suites={suite.name: suite.describe()})
+    runner = Runner(device, timer, ResultsWriter(tmp_path / "r.json", doc), RunSettings(), facts.peak_gbps)
+    records = [r for case in cases for r in runner.run_case(suite, case, list(suite.implementations.values()))]
+    failed = [(r.case, r.dtype, r.impl, r.reason) for r in records if r.status == "failed"]
+    assert not failed, failed
+    ok = {(r.impl, r.dtype) for r in records if r.status == "ok"}
+    assert ("optimized", "float16") in ok and ("optimized", "float32") in ok and ("torch", "float16") in ok
+    skipped = {r.reason for r in records if r.status == "skipped" and r.impl == "cudnn"}
+    print("cudnn skips:", skipped)
