@@ -315,5 +315,22 @@ def test_sum_tolerance_scales_with_the_terms():
     mod = _module()
     want = torch.tensor([10.0, -3.0], dtype=torch.float64)
     terms = torch.tensor([1e5, 1e5], dtype=torch.float64)
-    assert mod._check_sum("dbeta", torch.tensor([10.05, -3.05]), want, terms) is None  # 0.05 < 1e-6 * 1e5
-    assert mod._check_sum("dbeta", torch.tensor([10.5, -3.0]), want, terms) is not None
+    assert mod._check_sum("dbeta", torch.tensor([10.5, -3.5]), want, terms) is None  # 0.5 < 1e-5 * 1e5
+    assert mod._check_sum("dbeta", torch.tensor([12.0, -3.0]), want, terms) is not None
+
+
+def test_y_allowance_covers_one_rounding_of_each_term_and_no_more():
+    """An unfused float16 pipeline (BN rounded to half, then + z) passes; an error of a few of
+    those roundings does not."""
+    mod = _module()
+    gen = torch.Generator().manual_seed(3)
+    bn = torch.randn(4096, dtype=torch.float64, generator=gen) * 3
+    z = torch.randn(4096, dtype=torch.float64, generator=gen) * 3
+    want = (bn + z).clamp_min(0)
+    unfused = (bn.half().double() + z.half().double()).half().clamp_min(0)
+    terms = mod.UNIT_ROUNDOFF["float16"] * (bn.abs() + z.abs())
+    tol = mod.Y_TOL["float16"]
+    assert mod._compare_terms("y", unfused, want, tol, terms) is None
+    assert mod._compare_terms("y", unfused, want, tol, 0.0) is not None  # cancellation needs the allowance
+    off = unfused.double() + 4 * terms
+    assert mod._compare_terms("y", off, want, tol, terms) is not None
