@@ -25,26 +25,22 @@ struct Philox4 {
     unsigned v[4];
 };
 
-// The ten round keys of one seed: round r uses (lo(seed) + r * 0x9E3779B9, hi(seed) + r * 0xBB67AE85)
-// (mod 2^32), Philox's key schedule. bwbench/cuda/bitmask.py computes them on the host and the
-// kernels take them as a __grid_constant__ parameter, so each round's XOR reads its key from the
-// parameter bank: no add per round per draw (on an H200 the dropout kernel is bound by issue).
-struct PhiloxKeys {
-    unsigned k0[10];
-    unsigned k1[10];
-};
-
 __device__ __forceinline__ Philox4 philox4x32_10(unsigned c0, unsigned c1, unsigned c2, unsigned c3,
-                                                const PhiloxKeys& keys) {
+                                                unsigned k0, unsigned k1) {
 #pragma unroll
     for (int round = 0; round < 10; ++round) {
-        // One 32 x 32 -> 64-bit multiply each gives both halves.
-        const unsigned long long p0 = static_cast<unsigned long long>(0xD2511F53u) * c0;
-        const unsigned long long p1 = static_cast<unsigned long long>(0xCD9E8D57u) * c2;
-        c0 = static_cast<unsigned>(p1 >> 32) ^ c1 ^ keys.k0[round];
-        c1 = static_cast<unsigned>(p1);
-        c2 = static_cast<unsigned>(p0 >> 32) ^ c3 ^ keys.k1[round];
-        c3 = static_cast<unsigned>(p0);
+        if (round > 0) {  // the key is bumped before every round but the first
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const unsigned lo0 = 0xD2511F53u * c0;
+        const unsigned hi0 = __umulhi(0xD2511F53u, c0);
+        const unsigned lo1 = 0xCD9E8D57u * c2;
+        const unsigned hi1 = __umulhi(0xCD9E8D57u, c2);
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
     }
     Philox4 out;
     out.v[0] = c0;
@@ -59,11 +55,12 @@ __device__ __forceinline__ Philox4 philox4x32_10(unsigned c0, unsigned c1, unsig
 // where threshold = round(p * 2^32) (host side). An integer comparison, so the Python reference
 // reproduces it bit for bit with no float rounding question. Returns 4 keep bits, bit k for
 // element 4 * group + k.
-__device__ __forceinline__ unsigned dropout_keep4(i64 group, unsigned threshold, const PhiloxKeys& keys,
+__device__ __forceinline__ unsigned dropout_keep4(i64 group, unsigned threshold, unsigned long long seed,
                                                   unsigned long long offset) {
     const unsigned long long g = static_cast<unsigned long long>(group);
     const Philox4 r = philox4x32_10(static_cast<unsigned>(g), static_cast<unsigned>(g >> 32),
-                                    static_cast<unsigned>(offset), static_cast<unsigned>(offset >> 32), keys);
+                                    static_cast<unsigned>(offset), static_cast<unsigned>(offset >> 32),
+                                    static_cast<unsigned>(seed), static_cast<unsigned>(seed >> 32));
     return (r.v[0] >= threshold ? 1u : 0u) | (r.v[1] >= threshold ? 2u : 0u) |
            (r.v[2] >= threshold ? 4u : 0u) | (r.v[3] >= threshold ? 8u : 0u);
 }

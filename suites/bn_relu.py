@@ -34,7 +34,10 @@ mask is clear outside the band; mean and invstd within tolerance. Backward: dz e
 dgamma and dbeta within 1e-5 relative plus SUM_ABS_FACTOR times the sum of the absolute values of
 their terms. float32 accumulation of M = N*H*W terms in blocks stays near 1e-6 of that sum (torch's
 float16 NCHW backward: 1.2e-6 on the H200); a wrong formula is off by about sum/sqrt(M) (100 times
-the allowance at M = 401408) or more.
+the allowance at M = 401408) or more. Measured on an H200: torch's float16 backward at the odd
+quick shape (3, 37, 9, 11) NCHW still falls outside (dbeta 8.807 against 8.788, 2e-3 relative: its
+reductions there are less precise than float32 accumulation), so that record reads "failed" with
+the figures; the larger shapes were not rechecked after this bound was set.
 """
 
 from __future__ import annotations

@@ -144,16 +144,3 @@ def test_dropout_check():
     assert not drop.check(bcase, b, b["dy"])[0]
     assert torch.equal(bitmask.unpack_bits(b["bits"], 1000), b["keep"])
     assert math.isclose(float(b["p"]), 0.5)
-
-
-def test_round_keys_travel_as_a_struct_argument():
-    import numpy as np
-
-    from bwbench.cuda.bitmask import PHILOX_KEYS, philox_round_keys
-    from bwbench.cuda.loader import kernel_arguments
-
-    keys = philox_round_keys(7)
-    packed, device = kernel_arguments([keys, np.uint32(1)])
-    assert packed[0] is keys and keys.dtype == PHILOX_KEYS and keys.dtype.itemsize == 80 and device is None
-    with pytest.raises(TypeError):
-        kernel_arguments([np.void(b"\x00" * 4)])  # raw bytes with no fields: width unknown

