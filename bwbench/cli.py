@@ -116,7 +116,7 @@ def _default_stem(suite: str, gpu_name: str) -> str:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
     ctx: typer.Context,
-    suite: str = typer.Argument(..., help="Suite to run (see `bwbench list`)."),
+    suite: str = typer.Argument(..., help="Suite to run (see `bwbench list`); several as a comma-separated list, or `all`, go into one results file."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes, e.g. float16,bfloat16 (default: the suite's default)."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
@@ -135,7 +135,7 @@ def run(
     max_drop: str = typer.Option("5%", "--max-drop", help="Gate threshold for --baseline (5% or 0.05)."),
     min_copy_fraction: Optional[float] = typer.Option(None, "--min-copy-fraction", help="Gate: exit 1 when an implementation run reaches less than this fraction of the same-run copy bandwidth (e.g. 0.9 with --impl optimized)."),
 ):
-    """Sweep a suite: check every implementation against the reference, time it, write results and a report.
+    """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
     Axis values can be chosen with --NAME VALUES (e.g. --cols 1024,4096 --rows 4096) or --axis NAME=VALUES.
     Results go to OUT/NAME.json (written after every record, so an interrupted run keeps what it measured), OUT/NAME.csv and OUT/NAME.html.
@@ -151,17 +151,19 @@ def run(
             raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
         if max_time <= 0 or noise <= 0 or min_samples < 1:
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
-        chosen = get_suite(suite)
-        impls = chosen.select_impls(split_list(impl))
-        axis_values = {name_: chosen.parse_axis_values(name_, values)
-                       for name_, values in parse_axis_args(list(ctx.args), axis).items()}
-        cases = chosen.cases(split_list(dtype), axis_values, quick=quick)
+        plans = []
+        for suite_name in _suite_names(suite):
+            chosen = get_suite(suite_name)
+            impls = chosen.select_impls(split_list(impl))
+            axis_values = {name_: chosen.parse_axis_values(name_, values)
+                           for name_, values in parse_axis_args(list(ctx.args), axis).items()}
+            plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick)))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction)
-        return chosen, impls, cases, parse_size(copy_size), gates
+        return plans, parse_size(copy_size), gates
 
-    chosen, impls, cases, copy_bytes, gates = _guard(prepare)
+    plans, copy_bytes, gates = _guard(prepare)
     code = _guard(lambda: _run_measured(
-        chosen, impls, cases, copy_bytes,
+        plans, copy_bytes,
         RunSettings(timing=timing, seed=seed),
         SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time),
         out, name, report, gpu, gates,
@@ -169,6 +171,27 @@ def run(
                  "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
     raise typer.Exit(code)
+
+
+@dataclass
+class SuitePlan:
+    """One suite of a run: its implementations and cases, chosen before any GPU work."""
+
+    suite: object
+    impls: list
+    cases: list
+
+
+def _suite_names(argument: str) -> list[str]:
+    """`all` -> every suite that loads; otherwise the comma-separated names, in order."""
+    if argument.strip() == "all":
+        from .discovery import BrokenSuite, discover
+
+        return [name for name, entry in discover().items() if not isinstance(entry, BrokenSuite)]
+    names = split_list(argument) or []
+    if not names:
+        raise UsageError("name a suite (see `bwbench list`), several separated by commas, or `all`")
+    return list(dict.fromkeys(names))
 
 
 def _measure_device_copy(timer, info) -> None:
@@ -225,8 +248,7 @@ def _apply_gates(gates: Gates, document) -> bool:
     return passed
 
 
-def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name, want_report, gpu, gates,
-                  options) -> int:
+def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, gpu, gates, options) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .device import query_device, require_cuda
@@ -237,8 +259,9 @@ def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name,
 
     device = require_cuda(gpu)
     info = query_device(device)
-    console.print(f"[bold]{chosen.name}[/]: {len(cases)} cases × {len(impls)} implementations "
-                  f"+ copy ceiling on {info.gpu_name}")
+    for plan in plans:
+        console.print(f"[bold]{plan.suite.name}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
+                      f"+ copy ceiling on {info.gpu_name}")
     timer = Timer(device, info.l2_bytes, info.sm_clock_max_mhz, policy)
     with console.status("measuring the device copy bandwidth…"):
         import torch
@@ -246,21 +269,24 @@ def _run_measured(chosen, impls, cases, copy_bytes, settings, policy, out, name,
         free, _total = torch.cuda.mem_get_info(device)
         info.copy_bytes = min(copy_bytes, free // 4)
         _measure_device_copy(timer, info)
-    stem = name or _default_stem(chosen.name, info.gpu_name)
+    label = plans[0].suite.name if len(plans) == 1 else ("all" if options.get("suite") == "all" else "suites")
+    stem = name or _default_stem(label, info.gpu_name)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
-    document = RunDocument(environment=info.to_dict(), options=options, suites={chosen.name: chosen.describe()})
+    document = RunDocument(environment=info.to_dict(), options=options,
+                           suites={plan.suite.name: plan.suite.describe() for plan in plans})
 
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=len(cases) * (len(impls) + 1))
+        task = progress.add_task("starting", total=sum(len(p.cases) * (len(p.impls) + 1) for p in plans))
         writer = ResultsWriter(paths["json"], document, on_add=lambda rec: progress.advance(task))
         runner = Runner(device, timer, writer, settings, info.peak_gbps, Telemetry(info.gpu_uuid, info.gpu_index),
                         on_step=lambda text: progress.update(task, description=text))
         try:
-            for case in cases:
-                runner.run_case(chosen, case, impls)
+            for plan in plans:
+                for case in plan.cases:
+                    runner.run_case(plan.suite, case, plan.impls)
         except KeyboardInterrupt:
             interrupted = True
     writer.finish(interrupted=interrupted)

@@ -32,6 +32,9 @@ def test_list_shows_the_softmax_suite():
 
 @pytest.mark.parametrize("args,message", [
     (("run", "nope"), "no suite named 'nope'; suites: "),
+    (("run", "softmax,nope"), "no suite named 'nope'; suites: "),
+    (("run", ","), "name a suite"),
+    (("run", "softmax,permute", "--cols", "64"), "no axis 'cols'"),
     (("run", "softmax", "--impl", "fast"), "valid: naive, cudnn, torch, compiled"),
     (("run", "softmax", "--dtype", "int8"), "valid: float16, bfloat16, float32"),
     (("run", "softmax", "--depth", "3"), "no axis 'depth'; axes: rows, cols"),
@@ -46,6 +49,14 @@ def test_bad_input_is_a_message_and_exit_code_2(args, message):
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+def test_run_all_names_every_suite_once():
+    from bwbench.cli import _suite_names
+    from bwbench.discovery import discover
+
+    assert _suite_names("all") == list(discover())
+    assert _suite_names("relu, softmax,relu") == ["relu", "softmax"]
 
 
 def test_run_without_a_gpu_says_so(monkeypatch):
