@@ -63,38 +63,65 @@ __device__ __forceinline__ void store_mask_bytes(unsigned char* __restrict__ byt
     }
 }
 
+// One warp chunk of the forward: lane `lane` handles the V elements at `first`. Full: the whole
+// chunk lies inside n and every pointer is aligned, so no bounds are checked (the hot path).
+template <typename T, bool Aligned, bool MaskBytes, bool Full, typename Keep>
+__device__ __forceinline__ void forward_chunk(const Keep& keep, const T* __restrict__ x, T* __restrict__ y,
+                                              void* __restrict__ mask, float scale, i64 n, i64 first, int lane) {
+    constexpr int V = Pack16<T>::size;
+    constexpr int G = 32 / V;
+    T v[V];
+    if constexpr (Full) {
+        const Pack<T, V> pack = *reinterpret_cast<const Pack<T, V>*>(x + first);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] = pack.v[k];
+    } else {
+        load_pack<T, V, Aligned>(x, first, n, v);
+    }
+    unsigned b = keep.template bits<T, V>(first, v);
+    if (!Full && first + V > n) {  // elements past the end keep nothing (zero padding bits)
+        const i64 valid = n - first;
+        b = valid <= 0 ? 0u : b & ((1u << valid) - 1u);
+    }
+    T out[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(v[k]) * scale) : from_float<T>(0.0f);
+    if constexpr (Full) {
+        Pack<T, V> pack;
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = out[k];
+        *reinterpret_cast<Pack<T, V>*>(y + first) = pack;
+    } else {
+        store_pack<T, V, Aligned>(y, first, n, out);
+    }
+    if constexpr (MaskBytes) {
+        store_mask_bytes<V, Aligned>(static_cast<unsigned char*>(mask), first, Full ? first + V : n, b);
+    } else {
+        const unsigned word = group_or<G>(b << ((lane * V) & 31));
+        const i64 w = first >> 5;
+        if ((lane & (G - 1)) == 0 && (Full || w * 32 < n)) static_cast<unsigned*>(mask)[w] = word;
+    }
+}
+
 // y = keep ? x * scale : 0, and the keep bits as a bitmask (MaskBytes false: 32-bit words) or one
-// byte (0 or 1) per element (MaskBytes true).
+// byte (0 or 1) per element (MaskBytes true). One chunk per warp per step: on an H200, 2 or 4
+// chunks per step (all loaded before any is used) were 10-20% slower for ReLU and no faster for
+// dropout.
 template <typename T, bool Aligned, bool MaskBytes, typename Keep>
 __device__ __forceinline__ void masked_forward(const Keep& keep, const T* __restrict__ x, T* __restrict__ y,
                                                void* __restrict__ mask, float scale, i64 n) {
     constexpr int V = Pack16<T>::size;
-    constexpr int G = 32 / V;
     const int lane = threadIdx.x & 31;
     const i64 warp = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
     const i64 warps = (static_cast<i64>(gridDim.x) * blockDim.x) >> 5;
     const i64 chunks = (n + 32 * V - 1) / (32 * V);
-    // One chunk per warp per step. Tried on an H200: 2 or 4 chunks per step (loaded before any is
-    // used) were 10-20% slower for ReLU and no faster for dropout.
-    for (i64 c = warp; c < chunks; c += warps) {
+    const i64 full_chunks = Aligned ? n / (32 * V) : 0;
+    for (i64 c = warp; c < chunks; c += warps) {  // warp-uniform: every lane reaches group_or
         const i64 first = c * (32 * V) + static_cast<i64>(lane) * V;
-        T v[V];
-        load_pack<T, V, Aligned>(x, first, n, v);
-        unsigned b = keep.template bits<T, V>(first, v);
-        if (first + V > n) {  // elements past the end keep nothing (zero padding bits)
-            const i64 valid = n - first;
-            b = valid <= 0 ? 0u : b & ((1u << valid) - 1u);
-        }
-        T out[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(v[k]) * scale) : from_float<T>(0.0f);
-        store_pack<T, V, Aligned>(y, first, n, out);
-        if constexpr (MaskBytes) {
-            store_mask_bytes<V, Aligned>(static_cast<unsigned char*>(mask), first, n, b);
+        if (c < full_chunks) {
+            forward_chunk<T, Aligned, MaskBytes, true>(keep, x, y, mask, scale, n, first, lane);
         } else {
-            const unsigned word = group_or<G>(b << ((lane * V) & 31));
-            const i64 w = first >> 5;
-            if ((lane & (G - 1)) == 0 && w * 32 < n) static_cast<unsigned*>(mask)[w] = word;
+            forward_chunk<T, Aligned, MaskBytes, false>(keep, x, y, mask, scale, n, first, lane);
         }
     }
 }
