@@ -480,10 +480,11 @@ def compare(
     markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown table (for a CI job summary) to this file ('-' for stdout)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
+    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise), missing, new, failed. Exit codes: 0 no regression, 1 regression or a failed check in CURRENT, 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
     """
 
     def judge_runs() -> int:
@@ -498,6 +499,13 @@ def compare(
         except ValueError as err:
             raise UsageError(str(err)) from None
         comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu)
+        wanted = split_list(impl)
+        if wanted:
+            known = {c.impl for c in comparisons}
+            unknown = [name for name in wanted if name not in known]
+            if unknown:
+                raise UsageError(f"--impl {', '.join(unknown)}: not in these runs; they have {', '.join(sorted(known))}")
+            comparisons = [c for c in comparisons if c.impl in wanted]
         console.print(comparison_table(comparisons, threshold, show_all))
         if markdown_out is not None:
             _write_text(markdown_out, markdown(comparisons, threshold))

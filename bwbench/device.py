@@ -90,9 +90,13 @@ def _cupy_version() -> str | None:
 
 
 def _git_commit() -> str | None:
-    """The checkout's commit (with -dirty), or $BWBENCH_COMMIT where the tree was copied without .git."""
+    """$BWBENCH_COMMIT when set (CI, or a tree copied to a GPU machine whose .git is missing or
+    stale: one such copy reported the session's first commit for runs made hours later), else the
+    checkout's commit with -dirty."""
+    if os.environ.get("BWBENCH_COMMIT"):
+        return os.environ["BWBENCH_COMMIT"]
     if not (REPO_DIR / ".git").exists():
-        return os.environ.get("BWBENCH_COMMIT") or None
+        return None
     try:
         out = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True, timeout=5)

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 from .results import Record, RunDocument
 from .suite import COPY_IMPL
 
-VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed")
+VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed", "still failing")
 REGRESSIONS = ("slower", "failed")
 RANK_TEST_MIN_SAMPLES = 10
 SIGNIFICANCE = 0.01
@@ -101,7 +101,10 @@ def judge(base: Record | None, cur: Record | None, max_drop: float) -> Compariso
     base_ok = base is not None and base.status == "ok" and base.gbps
     cur_ok = cur is not None and cur.status == "ok" and cur.gbps
     if cur is not None and cur.status == "failed":
-        return Comparison(**key, verdict="failed", baseline_gbps=base.gbps if base_ok else None,
+        # Failing in both runs is not a change this comparison should stop a merge for (the run
+        # itself exits 1 for it); failing now after passing is.
+        verdict = "still failing" if base is not None and base.status == "failed" else "failed"
+        return Comparison(**key, verdict=verdict, baseline_gbps=base.gbps if base_ok else None,
                           current_gbps=None, change=None, p_value=None, test="", note=cur.reason or "")
     if not base_ok and not cur_ok:
         return Comparison(**key, verdict="missing", baseline_gbps=None, current_gbps=None, change=None,
@@ -193,7 +196,8 @@ def _md(text: str) -> str:
 
 def markdown(comparisons: Sequence[Comparison], max_drop: float) -> str:
     """A table for a CI job summary, regressions first."""
-    order = {v: i for i, v in enumerate(("failed", "slower", "ambiguous", "missing", "faster", "new", "same"))}
+    order = {v: i for i, v in enumerate(("failed", "slower", "ambiguous", "still failing", "missing", "faster", "new",
+                                         "same"))}
     rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     head = ", ".join(f"{n} {v}" for v, n in counts.items() if n)

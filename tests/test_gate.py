@@ -70,6 +70,8 @@ def test_missing_new_and_failed():
     failed.gbps = None
     assert judge(base, failed, 0.05).verdict == "failed"
     assert has_regression([judge(base, failed, 0.05)])
+    assert judge(failed, failed, 0.05).verdict == "still failing"
+    assert not has_regression([judge(failed, failed, 0.05)])
 
 
 def doc(records, gpu="NVIDIA H200"):
@@ -148,6 +150,11 @@ def test_compare_command_exit_codes_and_outputs(tmp_path):
     worse = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--markdown", "-"])
     assert worse.exit_code == 1
     assert "| slower | softmax | rows=49152,cols=4096 | float16 | torch |" in worse.output
+    # Judging only some implementations: a drop in the torch baseline does not fail the gate.
+    ours = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--impl", "naive,compiled"])
+    assert ours.exit_code == 0, ours.output
+    unknown = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--impl", "fastest"])
+    assert unknown.exit_code == 2 and "not in these runs" in unknown.output
 
     other_gpu = read_document(RUN_B)
     other_gpu.environment["gpu_name"] = "NVIDIA H100 80GB HBM3"

@@ -83,3 +83,12 @@ def test_bad_results_files_give_clear_errors(tmp_path, content, message):
 def test_record_refuses_unknown_status():
     with pytest.raises(ValueError):
         record(status="great")
+
+
+def test_an_explicit_commit_wins_over_the_checkout(monkeypatch):
+    from bwbench.device import _git_commit
+
+    monkeypatch.setenv("BWBENCH_COMMIT", "abc1234")
+    assert _git_commit() == "abc1234"
+    monkeypatch.delenv("BWBENCH_COMMIT")
+    assert _git_commit() != "abc1234"
