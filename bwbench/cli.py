@@ -152,11 +152,11 @@ def run(
         if max_time <= 0 or noise <= 0 or min_samples < 1:
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
         plans = []
+        axis_args = parse_axis_args(list(ctx.args), axis)
         for suite_name in _suite_names(suite):
             chosen = get_suite(suite_name)
             impls = chosen.select_impls(split_list(impl))
-            axis_values = {name_: chosen.parse_axis_values(name_, values)
-                           for name_, values in parse_axis_args(list(ctx.args), axis).items()}
+            axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
             plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick)))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction)
         return plans, parse_size(copy_size), gates

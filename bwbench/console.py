@@ -103,10 +103,9 @@ VERDICT_STYLE = {"faster": "green", "same": "dim", "slower": "bold red", "ambigu
 
 def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Table:
     """The verdicts of `bwbench compare`, interesting ones first; unchanged ones only with --all."""
-    from .gate import has_regression
+    from .gate import LISTING_ORDER, has_regression
 
-    order = {v: i for i, v in enumerate(("failed", "slower", "ambiguous", "still failing", "missing", "faster", "new",
-                                         "same"))}
+    order = {v: i for i, v in enumerate(LISTING_ORDER)}
     rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
     counts = ", ".join(f"{sum(c.verdict == v for c in comparisons)} {v}" for v in order
                        if any(c.verdict == v for c in comparisons))

@@ -17,6 +17,8 @@ from .suite import COPY_IMPL
 
 VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed", "still failing")
 REGRESSIONS = ("slower", "failed")
+LISTING_ORDER = ("failed", "slower", "ambiguous", "still failing", "missing", "faster", "new", "same")
+"""The order verdicts are listed in (tables, markdown): what needs attention first."""
 RANK_TEST_MIN_SAMPLES = 10
 SIGNIFICANCE = 0.01
 
@@ -196,8 +198,7 @@ def _md(text: str) -> str:
 
 def markdown(comparisons: Sequence[Comparison], max_drop: float) -> str:
     """A table for a CI job summary, regressions first."""
-    order = {v: i for i, v in enumerate(("failed", "slower", "ambiguous", "still failing", "missing", "faster", "new",
-                                         "same"))}
+    order = {v: i for i, v in enumerate(LISTING_ORDER)}
     rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     head = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
