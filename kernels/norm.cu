@@ -406,6 +406,158 @@ norm_warp(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 }
 
 // =============================================================================================
+// Optimized: one block of B threads per row, the row in registers (P packs a thread), for rows
+// too long for one warp's registers and short enough for the block's.
+//
+// Thread t holds packs t, t + B, ..., t + (P - 1) B: each of its P loads is, over the block, one
+// contiguous access, and all P are in flight before any is used. Packs past the row end are a
+// suffix of a thread's packs, so Welford's counts stay compile-time constants (as in norm_warp).
+// The statistics merge across lanes with shuffles, then across warps through shared memory that
+// alternates between two buffers by row parity: one barrier per row (the next write to a buffer
+// comes after a barrier every thread has passed since it last read it). There is no row cache, no
+// cp.async and no per-pack merge: this is what the shared-memory tier spends its instructions on.
+// kHold: a thread keeps the gamma (and beta) packs of its columns in registers for all its rows.
+// =============================================================================================
+template <typename T, bool kRms, int N, int P, int B, bool kHold>
+__global__ void __launch_bounds__(B, 1)
+norm_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+          int cols, float eps) {
+    static_assert(B % 32 == 0 && B >= 32 && B <= 1024 && ((B / 32) & (B / 32 - 1)) == 0, "B: 32 x a power of two");
+    using PackT = bw::Pack<T, N>;
+    constexpr int kWarps = B / 32;
+    constexpr int kHeld = kHold ? P : 1;
+    constexpr int kHeldBeta = kHold && !kRms ? P : 1;
+    const int packs = cols / N;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const float fcols = static_cast<float>(cols);
+    const bool full = packs == P * B;  // every thread holds P packs: the symmetric merge applies
+
+    bool valid[P];
+    int valid_packs = 0;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        valid[p] = static_cast<int>(threadIdx.x) + p * B < packs;
+        valid_packs += valid[p] ? 1 : 0;
+    }
+    const float count = static_cast<float>(valid_packs * N);
+
+    PackT g_held[kHeld], b_held[kHeldBeta];
+    if constexpr (kHold) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const int col = (static_cast<int>(threadIdx.x) + p * B) * N;
+            if (valid[p]) {
+                g_held[p] = normk::load_pack<T, N>(gamma + col);
+                if constexpr (!kRms) b_held[p] = normk::load_pack<T, N>(beta + col);
+            }
+        }
+    }
+
+    __shared__ float partial[2][kRms ? 1 : 3][kWarps];
+    int parity = 0;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
+        const T* xr = x + row * cols;
+        PackT raw[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            if (valid[p]) raw[p] = normk::load_pack<T, N>(xr + (static_cast<int>(threadIdx.x) + p * B) * N);
+        }
+        const float k = kRms ? 0.0f : bw::to_float(xr[0]);
+
+        float mean = 0.0f, rstd;
+        if constexpr (kRms) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                if (!valid[p]) continue;
+                float f[N];
+                normk::to_floats(raw[p], f);
+#pragma unroll
+                for (int j = 0; j < N; ++j) ss = fmaf(f[j], f[j], ss);
+            }
+            ss = bw::warp_allreduce<bw::SumOp, 32>(ss);
+            if constexpr (kWarps > 1) {
+                if (lane == 0) partial[parity][0][warp] = ss;
+                __syncthreads();
+                // Each aligned group of kWarps lanes reduces all the warps' sums: every lane gets it.
+                ss = bw::warp_allreduce<bw::SumOp, kWarps>(partial[parity][0][lane & (kWarps - 1)]);
+            }
+            rstd = rsqrtf(ss / fcols + eps);
+        } else {
+            float m2 = 0.0f;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                if (!valid[p]) continue;
+                float f[N];
+                normk::to_floats(raw[p], f);
+#pragma unroll
+                for (int j = 0; j < N; ++j) {
+                    normk::welford_step(f[j] - k, 1.0f / static_cast<float>(p * N + j + 1), mean, m2);
+                }
+            }
+            float warp_count = static_cast<float>(32 * P * N);
+            if (full) {
+                normk::warp_merge_equal<32>(mean, m2, static_cast<float>(P * N));
+            } else {
+                normk::Welford s = {count, mean, m2};
+                s = normk::warp_merge<32>(s);
+                mean = s.mean;
+                m2 = s.m2;
+                warp_count = s.n;
+            }
+            if constexpr (kWarps > 1) {
+                if (lane == 0) {
+                    partial[parity][0][warp] = warp_count;
+                    partial[parity][1][warp] = mean;
+                    partial[parity][2][warp] = m2;
+                }
+                __syncthreads();
+                // Each aligned group of kWarps lanes merges all the warps' states, in the same
+                // order: every lane ends with the same statistics.
+                const int w = lane & (kWarps - 1);
+                mean = partial[parity][1][w];
+                m2 = partial[parity][2][w];
+                if (full) {
+                    normk::warp_merge_equal<kWarps>(mean, m2, warp_count);
+                } else {
+                    normk::Welford s = {partial[parity][0][w], mean, m2};
+                    s = normk::warp_merge<kWarps>(s);
+                    mean = s.mean;
+                    m2 = s.m2;
+                }
+            }
+            rstd = rsqrtf(m2 / fcols + eps);
+            if (threadIdx.x == 0) mean_out[row] = k + mean;
+        }
+        if (threadIdx.x == 0) rstd_out[row] = rstd;
+        const float offset = -mean * rstd;
+
+        T* yr = y + row * cols;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            if (!valid[p]) continue;
+            const int col = (static_cast<int>(threadIdx.x) + p * B) * N;
+            float f[N], g[N], b[N];
+            normk::to_floats(raw[p], f);
+            if constexpr (!kRms) {
+#pragma unroll
+                for (int j = 0; j < N; ++j) f[j] -= k;
+            }
+            if constexpr (kHold) {
+                normk::to_floats(g_held[p], g);
+                if constexpr (!kRms) normk::to_floats(b_held[p], b);
+            } else {
+                normk::to_floats(normk::load_pack<T, N>(gamma + col), g);
+                if constexpr (!kRms) normk::to_floats(normk::load_pack<T, N>(beta + col), b);
+            }
+            normk::store_normalized<T, kRms, N>(yr + col, f, rstd, offset, g, b);
+        }
+    }
+}
+
+// =============================================================================================
 // Optimized: one block per row (grid-stride over rows). kCached: the row stays in shared memory
 // (dynamic, cols * sizeof(T) bytes) between the two passes; otherwise the second pass reads x
 // again. Thread t owns packs t, t + blockDim.x, ... in every pass, so it only ever reads back

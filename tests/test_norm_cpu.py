@@ -129,29 +129,38 @@ def test_plan_picks_the_tier_by_cols():
     p = norm.plan(1024, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("warp", "norm_warp<half_t, false, 8, 32, 32, 1>", 128, 0)
     assert p.alternatives == () and p.candidates == (p,)
-    # 2 KiB rows: the warp tier (64 columns a lane), timed against the shared-memory tier.
+    # 2 KiB rows: the warp tier (64 columns a lane), timed against the two block tiers.
     p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel) == ("warp", "norm_warp<half_t, false, 8, 48, 32, 1>")
-    assert {c.tier for c in p.alternatives} == {"smem"}
-    # 8 KiB rows: small blocks, so that many rows are in flight (21 two-warp blocks an SM here;
-    # one-warp blocks would fit 25 but need twice the second-pass steps).
-    # gamma joins the row in shared memory (8 KiB each) first; the plans that read it from
-    # global memory stay candidates for the timing.
+    assert {c.tier for c in p.alternatives} == {"registers", "smem"}
+    # 8 KiB rows: the row in a block's registers, 4 packs a thread (128 threads) or 8 (64), gamma
+    # held in registers or read each row; timed against the shared-memory tier, where small
+    # blocks come first, so that many rows are in flight (21 two-warp blocks an SM here;
+    # one-warp blocks would fit 25 but need twice the second-pass steps), and gamma joins the row
+    # in shared memory (8 KiB each) before the plans that read it from global memory.
     p = norm.plan(4096, "half_t", True, 8, gpu, limit)
-    assert (p.tier, p.kernel, p.smem_bytes, p.rows_per_block) == ("smem", "norm_block<half_t, true, 8, true, true>", 16384, 1)
-    assert p.block == 64 and {c.block for c in p.candidates} == {32, 64, 128, 256, 512}
-    assert all(c.tier == "smem" for c in p.candidates)
-    assert {(c.kernel, c.smem_bytes) for c in p.candidates} == {
+    assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("registers", "norm_rows<half_t, true, 8, 4, 128, true>", 128, 0)
+    assert [c.kernel for c in p.candidates if c.tier == "registers"] == [
+        "norm_rows<half_t, true, 8, 4, 128, true>", "norm_rows<half_t, true, 8, 4, 128, false>",
+        "norm_rows<half_t, true, 8, 8, 64, false>"]
+    cached = [c for c in p.candidates if c.tier == "smem"]
+    assert cached[0].block == 64 and {c.block for c in cached} == {32, 64, 128, 256, 512}
+    assert {(c.kernel, c.smem_bytes) for c in cached} == {
         ("norm_block<half_t, true, 8, true, true>", 16384), ("norm_block<half_t, true, 8, true, false>", 8192)}
-    # 64 KiB rows: shared memory allows 3 blocks an SM whatever their size; larger blocks then
-    # only shorten the second pass, until registers allow fewer blocks (512 x 48 registers: 2).
-    # (x, gamma and beta: 192 KiB, one block an SM, so the largest block.)
+    # 64 KiB rows: 8 packs a thread, 512 threads (4 packs would need 1024: only without held
+    # parameters, and LayerNorm's are too many there). Shared memory allows 3 blocks an SM
+    # whatever their size; larger blocks then only shorten the second pass, until registers allow
+    # fewer blocks (512 x 48 registers: 2). (x, gamma and beta: 192 KiB, one block an SM.)
     p = norm.plan(32768, "half_t", False, 8, gpu, limit)
-    assert (p.tier, p.block, p.smem_bytes) == ("smem", 512, 3 * 65536)
-    without = [c for c in p.candidates if c.smem_bytes == 65536]
+    assert [(c.kernel, c.block) for c in p.candidates if c.tier == "registers"] == [
+        ("norm_rows<half_t, false, 8, 4, 1024, false>", 1024), ("norm_rows<half_t, false, 8, 8, 512, false>", 512)]
+    assert p.candidates[0] is p and p.tier == "registers"
+    cached = [c for c in p.candidates if c.tier == "smem"]
+    assert (cached[0].block, cached[0].smem_bytes) == (512, 3 * 65536)
+    without = [c for c in cached if c.smem_bytes == 65536]
     assert without[0].block == 256 and {c.block for c in without} == set(norm.BLOCK_SIZES)
-    assert p.candidates[0] is p
-    # 128 KiB rows (float32): one block an SM, so the largest block.
+    # 128 KiB rows (float32): longer than the registers tier; one block an SM, so the largest block.
+    assert norm.rows_max_cols("float", False) == 16384
     p = norm.plan(32768, "float", False, 4, gpu, limit)
     assert (p.tier, p.block, p.smem_bytes) == ("smem", 512, 131072)
     # Longer than shared memory: the uncached tier, and no occupancy query for the cached kernel.
@@ -188,6 +197,11 @@ def test_plan_forced_tiers():
         norm.plan(4096, "float", False, 4, gpu, limit, tier="warp")
     with pytest.raises(ValueError, match="does not fit"):
         norm.plan(200_000, "float", False, 4, gpu, limit, tier="smem")
+    assert norm.plan(36, "float", False, 4, gpu, limit, tier="registers").kernel == "norm_rows<float, false, 4, 4, 64, true>"
+    with pytest.raises(ValueError, match="registers tier needs"):
+        norm.plan(33, "float", False, 1, gpu, limit, tier="registers")
+    with pytest.raises(ValueError, match="registers tier needs"):
+        norm.plan(32768, "float", False, 4, gpu, limit, tier="registers")
     with pytest.raises(ValueError, match="unknown tier"):
         norm.plan(64, "float", False, 4, gpu, limit, tier="fast")
 
@@ -197,11 +211,11 @@ def test_every_planned_kernel_is_declared():
     for ctype in ("half_t", "bf16_t", "float"):
         for rms in (False, True):
             declared = set(norm.OPTIMIZED[(ctype, rms)].name_expressions)
-            for cols in [1, 2, 3, 31, 33, 100, 1000, 1023, 1024, 1025, 4097, 32768, 300_000]:
+            for cols in [1, 2, 3, 31, 33, 100, 1000, 1023, 1024, 1025, 4096, 4097, 8192, 16384, 32768, 300_000]:
                 for pack in (norm.full_pack(ctype), 1):
                     if cols % pack:
                         continue
-                    for tier in (None, "smem", "uncached"):
+                    for tier in (None, "registers", "smem", "uncached"):
                         try:
                             p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier)
                         except ValueError:
@@ -379,3 +393,19 @@ def test_chan_merge_identity_and_empty_lanes():
             np.testing.assert_array_equal(got, want)
     n, m, q = _chan(empty, empty)
     assert not np.any(n) and not np.any(m) and not np.any(q)
+
+
+def test_registers_tier_candidates_cover_the_row_with_the_smallest_block():
+    for ctype in ("half_t", "bf16_t", "float"):
+        pack = norm.full_pack(ctype)
+        for rms in (False, True):
+            for packs in (1, 100, 256, 257, 512, 1000, 2048, 4096):
+                chosen = norm.rows_candidates(packs, ctype, rms)
+                for c in chosen:
+                    assert c.pack == pack and c.packs_per_thread * c.block >= packs
+                    assert c.block == norm.REGISTER_BLOCKS[0] or c.packs_per_thread * c.block < 2 * packs
+                if packs * pack <= norm.rows_max_cols(ctype, rms):
+                    assert chosen, (ctype, rms, packs)
+                # Held parameters first, for each packs-a-thread.
+                holds = [c.hold for c in chosen if c.packs_per_thread == norm.REGISTER_HOLD_PACKS]
+                assert holds == sorted(holds, reverse=True)

@@ -8,6 +8,7 @@ deviation 1 (where E[x^2] - E[x]^2 cancels) and constant rows (variance 0: rstd 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -65,18 +66,33 @@ def _check(got, x, gamma, beta, rms: bool, what: str):
     assert result.passed, f"{what}: {result.message}"
 
 
+TIERS = [None, "warp", "registers", "smem", "uncached"]
+
+
+def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -> bool:
+    """Whether a forced tier can hold rows of `cols` (the others are tested on their own shapes)."""
+    from bwbench.cuda import norm
+
+    if tier == "warp":
+        return cols <= norm.WARP_MAX_COLS
+    if tier == "registers":
+        ctype = norm.cpp_type(dtype)
+        return cols % norm.full_pack(ctype) == 0 and cols <= norm.rows_max_cols(ctype, rms)
+    return True
+
+
 CASES = [(1, 1), (7, 33), (5, 64), (256, 1000), (3, 1023), (64, 1024), (5, 1500), (5, 1544), (130, 2048),
          (9, 4097), (4, 32768)]
 
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_optimized_matches_reference(dtype, tier, rms):
     from bwbench.cuda import norm
 
     for rows, cols in CASES:
-        if tier == "warp" and cols > norm.WARP_MAX_COLS:
+        if not _takes(tier, cols, dtype, rms):
             continue
         x = _random(rows, cols, dtype, seed=rows * 7919 + cols)
         gamma, beta = _params(cols, dtype, seed=cols)
@@ -94,7 +110,7 @@ def test_naive_matches_reference(dtype, rms):
         _check(got, x, gamma, beta, rms, f"naive ({rows}, {cols}) {dtype}")
 
 
-@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_misaligned_pointers_fall_back_to_scalar_packs(dtype, tier):
     """x, gamma and y one element past a 16-byte boundary: contiguous, but no 16-byte pack fits."""
@@ -104,6 +120,10 @@ def test_misaligned_pointers_fall_back_to_scalar_packs(dtype, tier):
     assert x.is_contiguous() and x.data_ptr() % 16
     gbase = torch.randn(2 * cols + 1, device="cuda").to(dtype)
     gamma, beta = gbase[1:cols + 1], gbase[cols + 1:]
+    if tier == "registers":
+        with pytest.raises(ValueError, match="registers tier needs"):
+            _run("layer_norm", x, gamma, beta, False, tier=tier)
+        return
     for rms in (False, True):
         got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier)
         _check(got, x, gamma, beta, rms, f"misaligned tier={tier} {dtype}")
@@ -115,7 +135,7 @@ def _cancellation_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> t
     return x.to(dtype)
 
 
-@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_mean_1e4_std_1_rows(dtype, tier):
     """E[x^2] - E[x]^2 cancels here: in float32 it is off by about an ulp of 1e8 (8), against a
@@ -123,7 +143,7 @@ def test_mean_1e4_std_1_rows(dtype, tier):
     from bwbench.cuda import norm
 
     for rows, cols in [(8, 32), (64, 1000), (16, 1024), (8, 2048), (8, 4096), (4, 32768)]:
-        if tier == "warp" and cols > norm.WARP_MAX_COLS:
+        if not _takes(tier, cols, dtype):
             continue
         x = _cancellation_rows(rows, cols, dtype, seed=cols)
         gamma, beta = _params(cols, dtype, seed=3)
@@ -133,14 +153,14 @@ def test_mean_1e4_std_1_rows(dtype, tier):
             assert torch.allclose(got[2], torch.ones_like(got[2]), rtol=0.5)
 
 
-@pytest.mark.parametrize("tier", [None, "warp", "smem", "uncached"])
+@pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_constant_rows(dtype, tier):
     """Variance 0: mean is the value and rstd = 1/sqrt(eps) exactly as the reference has it."""
     from bwbench.cuda import norm
 
     for rows, cols in [(6, 1), (6, 33), (6, 256), (6, 1000), (3, 5000)]:
-        if tier == "warp" and cols > norm.WARP_MAX_COLS:
+        if not _takes(tier, cols, dtype):
             continue
         values = torch.tensor([0.0, 1.0, -3.25, 1000.0, 10000.0, 0.1], device="cuda")[:rows]
         x = values[:, None].expand(rows, cols).contiguous().to(dtype)
@@ -234,7 +254,10 @@ def test_plans_for_the_default_sweep():
         for cols in [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]:
             x = torch.empty(4, cols, device="cuda", dtype=dtype)
             step = norm.launch_plan(x, rms=False, pack=norm.full_pack(norm.cpp_type(dtype)))
-            assert step.plan.tier == ("warp" if cols <= norm.WARP_MAX_COLS else "smem")
+            ctype = norm.cpp_type(dtype)
+            expected = ("warp" if cols <= norm.WARP_MAX_COLS else
+                        "registers" if cols <= norm.rows_max_cols(ctype, False) else "smem")
+            assert step.plan.tier == expected
             print(f"{DTYPE_IDS(dtype)} cols={cols}: {step.plan.tier} block={step.plan.block} smem={step.plan.smem_bytes} "
                   f"grid={step.grid} {step.plan.kernel} + {[(c.tier, c.block) for c in step.plan.alternatives]}")
 
@@ -250,10 +273,36 @@ def test_first_call_times_the_candidate_blocks_once():
     got = _run("layer_norm", x, gamma, beta, rms=False)
     step = norm.chosen_launch(x, rms=False)
     model = norm.launch_plan(x, rms=False, pack=8).plan
-    assert step is not None and step.plan.tier == "smem" and len(model.candidates) > 1
-    assert step.plan.block in {c.block for c in model.candidates}
+    assert step is not None and step.plan.tier in ("registers", "smem") and len(model.candidates) > 1
+    assert step.plan in model.candidates
     _check(got, x, gamma, beta, False, "after tuning")
     again = _run("layer_norm", x, gamma, beta, rms=False)
     assert norm.chosen_launch(x, rms=False) is step
     for a, b in zip(again, got):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_every_registers_instantiation(dtype, rms):
+    """Each norm_rows kernel on full rows (P x B packs), ragged rows (a last partial warp and idle
+    warps) and mean-1e4 rows: the timing may pick any of them."""
+    from bwbench.cuda import loader, norm
+
+    ctype = norm.cpp_type(dtype)
+    pack = norm.full_pack(ctype)
+    module = loader.load(norm.OPTIMIZED[(ctype, rms)])
+    for config in norm.rows_configs(ctype, rms):
+        slots = config.packs_per_thread * config.block
+        for rows, cols, cancel in [(5, slots * pack, False), (7, (slots - 3 * 32 - 5) * pack, False),
+                                   (3, (slots // 2 + 1) * pack, True), (300, slots * pack, True)]:
+            x = _cancellation_rows(rows, cols, dtype, seed=cols) if cancel and not rms else _random(rows, cols, dtype, seed=cols)
+            gamma, beta = _params(cols, dtype, seed=rows)
+            out = _poisoned(x, rms)
+            chosen = norm.NormPlan("registers", config.name(ctype, rms), pack, config.block, 0, 1)
+            step = norm._launch_of(chosen, module, x.device.index or 0, rows)
+            mean, rstd = (None, out[1]) if rms else (out[1], out[2])
+            args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
+            loader.launch(step.kernel, step.grid, step.plan.block, args)
+            torch.cuda.synchronize()
+            _check(out, x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")

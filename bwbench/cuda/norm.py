@@ -8,6 +8,9 @@ Chan's formula across lanes and warps (LayerNorm), 16-byte packs, and a tier cho
 length as for the softmax (`plan`):
 
 - "warp": a group of 1 ... 32 lanes per row, the row in registers, for cols <= 1024;
+- "registers": one block per row, the row in the block's registers (4 or 8 16-byte packs a
+  thread), for rows up to 4096 packs (32768 half, 16384 float): no shared-memory row cache and no
+  per-pack merge, the two costs that held the block tiers near 50% of copy;
 - "smem": one block per row, the row cached in shared memory (copied in with cp.async: the whole
   row in flight at once, no registers held), while a block with that much shared memory can still
   launch (OneFlow's test: the occupancy query is not 0);
@@ -66,7 +69,7 @@ __all__ = [
     "warp_config",
 ]
 
-TIERS = ("warp", "smem", "uncached")
+TIERS = ("warp", "registers", "smem", "uncached")
 
 WARP_BLOCK = 128
 """Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
@@ -91,6 +94,22 @@ STEP_LATENCY_US = 0.5
 STEP_LATENCY_US per step of its second pass (a round trip for gamma and beta). Measured on an
 H200, a block tier is latency-bound (its throughput is rows in flight x row bytes / time per row),
 so these only rank the block sizes; the launcher then times the candidates once per shape."""
+
+REGISTER_PACKS = (4, 8)
+"""16-byte packs a thread holds in the registers tier (norm_rows' P)."""
+
+REGISTER_BLOCKS = (64, 128, 256, 512, 1024)
+"""Threads per block of the registers tier (norm_rows' B): a row is P x B packs at most."""
+
+REGISTER_HOLD_PACKS = 4
+"""Only the 4-packs-a-thread kernels get a variant holding gamma/beta in registers: ptxas keeps
+them as floats (8 registers a pack and parameter), which at 8 packs leaves one block an SM."""
+
+REGISTER_SPARE = 40
+"""Registers a norm_rows thread needs besides its row (4 a pack, kept in storage format) and held
+parameters (as floats): addresses, loop state, statistics. The instantiation filter's margin;
+the no-spill compile test checks it (ptxas -v, sm_90: 45-64 registers without held parameters
+at 4 packs, 63-80 at 8; 72-116 with them)."""
 
 UNCACHED_BLOCK = 512
 NAIVE_BLOCK = 256
@@ -181,6 +200,58 @@ def block_name(ctype: str, rms: bool, pack: int, cached: bool, params: bool = Fa
     return f"norm_block<{ctype}, {_cpp_bool(rms)}, {pack}, {_cpp_bool(cached)}, {_cpp_bool(params)}>"
 
 
+@dataclass(frozen=True)
+class RowsConfig:
+    """Template arguments of norm_rows: pack N, packs a thread P, threads B, gamma/beta held."""
+
+    pack: int
+    packs_per_thread: int
+    block: int
+    hold: bool
+
+    def name(self, ctype: str, rms: bool) -> str:
+        return (f"norm_rows<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.packs_per_thread}, {self.block}, "
+                f"{_cpp_bool(self.hold)}>")
+
+
+def rows_configs(ctype: str, rms: bool) -> tuple[RowsConfig, ...]:
+    """Every norm_rows instantiation: those whose row (4 registers a pack), held gamma/beta (as
+    floats) and REGISTER_SPARE fit in the registers __launch_bounds__(B, 1) allows."""
+    pack = full_pack(ctype)
+    configs = []
+    for per_thread in REGISTER_PACKS:
+        for block in REGISTER_BLOCKS:
+            budget = min(255, 65536 // block) - REGISTER_SPARE
+            row_regs = per_thread * 4
+            held_regs = per_thread * pack * (1 if rms else 2)
+            for hold in (True, False):
+                if hold and per_thread != REGISTER_HOLD_PACKS:
+                    continue
+                if row_regs + (held_regs if hold else 0) <= budget:
+                    configs.append(RowsConfig(pack, per_thread, block, hold))
+    return tuple(configs)
+
+
+def rows_max_cols(ctype: str, rms: bool) -> int:
+    """Longest row the registers tier holds (its largest instantiation's P x B packs)."""
+    return max(c.packs_per_thread * c.block for c in rows_configs(ctype, rms)) * full_pack(ctype)
+
+
+def rows_candidates(packs: int, ctype: str, rms: bool) -> list[RowsConfig]:
+    """The norm_rows instantiations for a row of `packs` full packs, best guess first: for each
+    packs-a-thread, the smallest block that covers the row (fewest idle threads), parameters held
+    in registers before read from L1."""
+    declared = set(rows_configs(ctype, rms))
+    chosen = []
+    for per_thread in REGISTER_PACKS:
+        block = max(REGISTER_BLOCKS[0], _next_pow2(-(-packs // per_thread)))
+        for hold in (True, False):
+            config = RowsConfig(full_pack(ctype), per_thread, block, hold)
+            if config in declared:
+                chosen.append(config)
+    return chosen
+
+
 def param_bytes(cols: int, ctype: str, rms: bool) -> int:
     """Shared memory for gamma (and beta) when a block tier keeps them there."""
     return (1 if rms else 2) * cols * _ITEMSIZE[ctype]
@@ -188,6 +259,7 @@ def param_bytes(cols: int, ctype: str, rms: bool) -> int:
 
 def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names = [c.name(ctype, rms) for c in warp_configs(ctype)]
+    names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
     return tuple(names)
@@ -287,15 +359,34 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
             return []
         return block_plans("smem")
 
+    def register_plans() -> list[NormPlan]:
+        """Plans of the registers tier (full 16-byte packs only; `block` is not forced here:
+        the block size is part of the instantiation)."""
+        if tier not in (None, "registers") or pack != full_pack(ctype) or block is not None:
+            return []
+        plans = []
+        for config in rows_candidates(packs, ctype, rms):
+            name = config.name(ctype, rms)
+            if occupancy(name, config.block, 0) > 0:
+                plans.append(NormPlan("registers", name, pack, config.block, 0, 1))
+        return plans
+
     if tier in (None, "warp"):
         config = warp_config(cols, pack)
         if config is not None:
             warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
             if tier is None and cols > WARP_SURE_COLS:
-                return _with_alternatives(warp, smem_plans())
+                return _with_alternatives(warp, register_plans() + smem_plans())
             return warp
         if tier == "warp":
             raise ValueError(f"the warp tier holds at most {WARP_MAX_COLS} columns, got {cols}")
+    in_registers = register_plans()
+    if in_registers:
+        return _with_alternatives(in_registers[0], in_registers[1:] + smem_plans())
+    if tier == "registers":
+        raise ValueError(f"the registers tier needs cols a multiple of {full_pack(ctype)} with 16-byte aligned "
+                         f"pointers, at most {rows_max_cols(ctype, rms)} columns, and no forced block; "
+                         f"got cols={cols}")
     cached = smem_plans()
     if cached:
         return _with_alternatives(cached[0], cached[1:])
@@ -490,8 +581,8 @@ def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: fl
 
     Returns (y, mean, rstd): y like x, mean and rstd float32 of shape (rows,), rstd =
     1 / sqrt(biased variance + eps). gamma and beta: shape (cols,), x's dtype. `tier` forces
-    "warp", "smem" or "uncached" (None: chosen by `plan`), `block` the threads per block of the
-    block tiers; `out` = (y, mean, rstd) to write into.
+    "warp", "registers", "smem" or "uncached" (None: chosen by `plan`), `block` the threads per
+    block of the shared-memory and uncached tiers; `out` = (y, mean, rstd) to write into.
     """
     return _run(x, gamma, beta, eps, out, rms=False, tier=tier, block=block)
 
