@@ -128,7 +128,12 @@ def test_plan_picks_the_tier_by_cols():
     gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
     p = norm.plan(1024, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("warp", "norm_warp<half_t, false, 8, 32, 32, 1>", 128, 0)
-    assert p.alternatives == () and p.candidates == (p,)
+    # ... timed against two rows a group at a time; 512 columns: two packs a lane, timed against four.
+    assert [c.kernel for c in p.alternatives] == ["norm_warp<half_t, false, 8, 32, 32, 2>"]
+    p = norm.plan(512, "half_t", False, 8, gpu, limit)
+    assert [c.kernel for c in p.candidates] == ["norm_warp<half_t, false, 8, 16, 32, 2>", "norm_warp<half_t, false, 8, 32, 16, 2>",
+                                                "norm_warp<half_t, false, 8, 32, 16, 1>"]
+    assert norm.plan(64, "half_t", False, 8, gpu, limit).alternatives == ()
     # 2 KiB rows: the warp tier (64 columns a lane), timed against the two block tiers.
     p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel) == ("warp", "norm_warp<half_t, false, 8, 48, 32, 1>")

@@ -282,27 +282,55 @@ def test_first_call_times_the_candidate_blocks_once():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def _launch_exactly(chosen, x, gamma, beta, rms: bool):
+    """Run one given plan (kernel and launch shape) on poisoned outputs, bypassing the timing."""
+    from bwbench.cuda import loader, norm
+
+    rows, cols = x.shape
+    module = loader.load(norm.OPTIMIZED[(norm.cpp_type(x.dtype), rms)])
+    step = norm._launch_of(chosen, module, x.device.index or 0, rows)
+    out = _poisoned(x, rms)
+    mean, rstd = (None, out[1]) if rms else (out[1], out[2])
+    args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
+    loader.launch(step.kernel, step.grid, step.plan.block, args)
+    torch.cuda.synchronize()
+    return out
+
+
+def _inputs(rows: int, cols: int, dtype, rms: bool, cancel: bool):
+    x = _cancellation_rows(rows, cols, dtype, seed=cols) if cancel and not rms else _random(rows, cols, dtype, seed=cols)
+    return (x, *_params(cols, dtype, seed=rows))
+
+
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_registers_instantiation(dtype, rms):
     """Each norm_rows kernel on full rows (P x B packs), ragged rows (a last partial warp and idle
     warps) and mean-1e4 rows: the timing may pick any of them."""
-    from bwbench.cuda import loader, norm
+    from bwbench.cuda import norm
 
     ctype = norm.cpp_type(dtype)
     pack = norm.full_pack(ctype)
-    module = loader.load(norm.OPTIMIZED[(ctype, rms)])
     for config in norm.rows_configs(ctype, rms):
         slots = config.packs_per_thread * config.block
+        chosen = norm.NormPlan("registers", config.name(ctype, rms), pack, config.block, 0, 1)
         for rows, cols, cancel in [(5, slots * pack, False), (7, (slots - 3 * 32 - 5) * pack, False),
                                    (3, (slots // 2 + 1) * pack, True), (300, slots * pack, True)]:
-            x = _cancellation_rows(rows, cols, dtype, seed=cols) if cancel and not rms else _random(rows, cols, dtype, seed=cols)
-            gamma, beta = _params(cols, dtype, seed=rows)
-            out = _poisoned(x, rms)
-            chosen = norm.NormPlan("registers", config.name(ctype, rms), pack, config.block, 0, 1)
-            step = norm._launch_of(chosen, module, x.device.index or 0, rows)
-            mean, rstd = (None, out[1]) if rms else (out[1], out[2])
-            args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
-            loader.launch(step.kernel, step.grid, step.plan.block, args)
-            torch.cuda.synchronize()
-            _check(out, x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
+            x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
+            _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_every_four_pack_warp_instantiation(dtype, rms):
+    """The four-packs-a-lane norm_warp kernels (timed alternatives for 17-128 packs) on full and
+    ragged rows, odd row counts (two rows a group) and mean-1e4 rows."""
+    from bwbench.cuda import norm
+
+    ctype = norm.cpp_type(dtype)
+    for config in norm._four_pack_configs(ctype):
+        chosen = norm.NormPlan("warp", config.name(ctype, rms), config.pack, norm.WARP_BLOCK, 0, config.rows_per_block)
+        full = config.cols_per_thread * config.width
+        for rows, cols, cancel in [(9, full, False), (301, full - 3 * config.pack, True), (4, full // 2 + config.pack, False)]:
+            x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
+            _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")

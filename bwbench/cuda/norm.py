@@ -175,7 +175,32 @@ def warp_configs(ctype: str) -> tuple[WarpConfig, ...]:
             configs.append(WarpConfig(pack, 2 * pack, width, 2))
         per_lane = (*range(3 * pack, 33, pack), 48, 64) if pack > 1 else (4, 8, 16, 32, 64)
         configs.extend(WarpConfig(pack, c, 32, 1) for c in per_lane)
+    configs.extend(c for c in _four_pack_configs(ctype) if c not in configs)
     return tuple(configs)
+
+
+FOUR_PACK_WIDTHS = (4, 8, 16, 32)
+"""Lanes per row of the four-packs-a-lane alternatives (16 ... 128 packs a row)."""
+
+
+def _four_pack_configs(ctype: str) -> list[WarpConfig]:
+    """Four 16-byte packs a lane, one or two rows a group: a quarter of the lanes, so fewer merge
+    steps per element than two packs a lane, at the cost of fewer rows in flight. Timed against
+    the two-packs-a-lane plan (LayerNorm's Chan merges are what limit rows of 256-512 columns)."""
+    pack = full_pack(ctype)
+    return [WarpConfig(pack, 4 * pack, width, rows) for width in FOUR_PACK_WIDTHS for rows in (2, 1)]
+
+
+def warp_alternatives(cols: int, pack: int, ctype: str) -> list[WarpConfig]:
+    """norm_warp instantiations worth timing against `warp_config` for a row of `cols`."""
+    if pack != full_pack(ctype) or cols % pack:
+        return []
+    packs = cols // pack
+    width = _next_pow2(-(-packs // 4))
+    if width not in FOUR_PACK_WIDTHS or packs <= 2 * FOUR_PACK_WIDTHS[0]:
+        return []
+    first = warp_config(cols, pack)
+    return [c for c in _four_pack_configs(ctype) if c.width == width and c != first]
 
 
 def warp_config(cols: int, pack: int) -> WarpConfig | None:
@@ -375,9 +400,11 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
         config = warp_config(cols, pack)
         if config is not None:
             warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
+            others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
+                      for c in warp_alternatives(cols, pack, ctype)]
             if tier is None and cols > WARP_SURE_COLS:
-                return _with_alternatives(warp, register_plans() + smem_plans())
-            return warp
+                return _with_alternatives(warp, others + register_plans() + smem_plans())
+            return _with_alternatives(warp, others)
         if tier == "warp":
             raise ValueError(f"the warp tier holds at most {WARP_MAX_COLS} columns, got {cols}")
     in_registers = register_plans()
