@@ -79,6 +79,8 @@ def variants(op: str, cols: int, pack: int) -> list[tuple[str, dict]]:
             out += [("online_block512", {"tier": "online_block",
                                          "thresholds": d.with_overrides(s.THRESHOLDS["online"], uncached_block=512)})]
         return out
+    if direction == "forward" and cols >= 1024 and d.registers_shape(cols, pack) is not None:
+        out.append(("registers", {"tier": "registers"}))
     if op == "log_softmax":
         return out
     base = s.THRESHOLDS[key]
@@ -108,6 +110,7 @@ def main() -> int:
     parser.add_argument("--max-time", type=float, default=0.15)
     parser.add_argument("--torch", action="store_true", help="time the PyTorch op too")
     parser.add_argument("--ab", action="store_true", help="only the choices --pick decides")
+    parser.add_argument("--only", help="comma-separated variant labels to measure (default: all)")
     parser.add_argument("--pick", help="write the best choices as a thresholds file (BWBENCH_SOFTMAX_THRESHOLDS)")
     args = parser.parse_args()
     out_dir = Path(args.out)
@@ -152,6 +155,8 @@ def main() -> int:
                 result = torch.empty_like(x)
                 pack = d.pack_elements(itemsize, cols, True)
                 todo = ab_variants(op, cols, pack) if args.ab else variants(op, cols, pack)
+                if args.only:
+                    todo = [v for v in todo if v[0] in args.only.split(",")]
                 if not todo:
                     continue
                 if args.torch:

@@ -30,7 +30,7 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "strided"]
-FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "smem", "smem/three-pass",
+FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "registers", "smem", "smem/three-pass",
                  "smem/oneflow", "uncached", "uncached/three-pass"]
 BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
@@ -153,6 +153,12 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
                         fn(**laid, **overrides)
                     continue
+            if overrides.get("tier") == "registers":
+                pack = d.pack_elements(first.element_size(), cols, layout != "offset")
+                if d.registers_shape(cols, pack) is None:
+                    with pytest.raises(ValueError, match="registers tier runs"):
+                        fn(**laid, **overrides)
+                    continue
             if overrides.get("tier") == "smem":
                 try:
                     plan_launch(op, rows, cols, dtype, aligned=layout != "offset", **overrides)
@@ -250,7 +256,7 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
 
 
 @pytest.mark.parametrize("op,tier,cols", [
-    ("softmax", "warp", 256), ("softmax", "warp", 32), ("softmax", "smem", 2048), ("log_softmax", "uncached", 2048),
+    ("softmax", "warp", 256), ("softmax", "warp", 32), ("softmax", "smem", 2048), ("log_softmax", "registers", 4096), ("log_softmax", "uncached", 2048),
     ("softmax_backward", "warp", 64), ("softmax_backward", "smem", 2048), ("log_softmax_backward", "uncached", 2048),
     ("online_softmax", "online_warp", 1000), ("online_softmax", "online_block", 2048),
 ])

@@ -396,11 +396,20 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
             raise ValueError(f"the shared-memory tier cannot launch cols={cols} ({smem_needed} bytes per row) "
                              f"with {size or 128} threads on this device")
         choice = dispatch.TierChoice("smem", block=size, one_pass=one_pass, pack=pack)
+    elif tier == "registers":
+        shape = dispatch.registers_shape(cols, pack) if direction == "forward" else None
+        if shape is None:
+            raise ValueError(f"the registers tier runs forward rows in 16-byte packs of at most "
+                             f"{dispatch.REGISTER_SHAPES[-1][0] * dispatch.REGISTER_SHAPES[-1][1]} packs; "
+                             f"got {op} cols={cols} with {pack}-element packs")
+        if block is not None:
+            raise ValueError("the registers tier's block size follows from cols; do not force one")
+        choice = dispatch.TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
     elif tier == "uncached":
         choice = dispatch.TierChoice("uncached", one_pass=one_pass, pack=pack,
                                      block=dispatch.uncached_block_size(cols, pack, th.uncached_packs_per_thread))
     else:
-        raise ValueError(f"tier must be warp, smem or uncached for {op}, got {tier!r}")
+        raise ValueError(f"tier must be warp, registers, smem or uncached for {op}, got {tier!r}")
     if block is not None and choice.block is not None:
         if block not in dispatch.BLOCK_SIZES:
             raise ValueError(f"block must be one of {dispatch.BLOCK_SIZES}, got {block}")

@@ -4,12 +4,14 @@ The article's dispatcher (OneFlow's softmax.cuh), as data in and a choice out:
 
 1. warp tier: a thread group of 1 .. 32 lanes per row with the row in registers, while the row
    fits the registers (`warp_shape`) and cols is at most the measured `warp_max_cols`;
-2. shared-memory tier: one block per row with the row cached in shared memory, while the
+2. registers tier (forward, 16-byte packs, from `Thresholds.registers_from_cols`): one block
+   per row with the row in the block's registers, 4 or 8 packs a thread (`registers_shape`);
+3. shared-memory tier: one block per row with the row cached in shared memory, while the
    occupancy query says enough blocks fit on an SM (`Thresholds.min_smem_blocks_per_sm`); the
    block size comes from the occupancy table (`block_size_by_occupancy`: by default the one that
    keeps the most threads resident, measured better on an H200 than the article's rule, which is
    kept as `block_rule="oneflow"`);
-3. uncached tier: one block per row re-reading the row through L1/L2, for any cols, with about
+4. uncached tier: one block per row re-reading the row through L1/L2, for any cols, with about
    `uncached_packs_per_thread` packs per thread (`uncached_block_size`).
 
 The GPU side (bwbench/cuda/softmax.py) asks the occupancy query and passes the numbers in; the
@@ -72,8 +74,12 @@ BLOCK_RULES = ("threads", "oneflow")
 
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
 ALGORITHMS = {"softmax": 0, "log_softmax": 1}
-TIERS = ("warp", "smem", "uncached", "online_warp", "online_block")
+TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block")
 DIRECTIONS = ("forward", "backward")
+
+REGISTER_SHAPES = ((4, 128), (4, 256), (4, 512), (4, 1024), (8, 1024))
+"""(packs a thread, threads) of the registers tier, in order of preference: 4 packs a thread up to
+4096 packs a row, then 8 (a half row of 65536 at most). Every one compiles without spills."""
 
 MAX_COLS = 1 << 30
 """Longest row the kernels accept: their in-row indices are 32-bit with headroom for the loop
@@ -123,6 +129,9 @@ class Thresholds:
     """Block tiers compute (max, sum) in one pass with the online merge (forward only)."""
     online_warp_max_cols: int = 1024
     """The online implementation's thread-group kernel up to this many columns, blocks above."""
+    registers_from_cols: int = 0
+    """Forward rows of at least this many columns (past the warp tier) go to the registers tier
+    where it holds them (16-byte packs, at most 8 x 1024 packs); 0 leaves it off."""
 
     def __post_init__(self) -> None:
         if self.small_group_rows not in SMALL_GROUP_ROWS:
@@ -144,6 +153,8 @@ class TierChoice:
     block: int | None = None
     one_pass: bool = False
     pack: int = 1
+    packs_per_thread: int = 0
+    """Registers tier: 16-byte packs each thread holds."""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -242,6 +253,18 @@ def uncached_block_size(cols: int, pack: int, packs_per_thread: int) -> int:
     return size
 
 
+def registers_shape(cols: int, pack: int) -> tuple[int, int] | None:
+    """(packs a thread, threads) of the registers tier for a row of `cols`, or None where it does
+    not apply: the smallest block of the first REGISTER_SHAPES entry that holds the row."""
+    if pack == 1 or cols % pack:
+        return None
+    packs = cols // pack
+    for per_thread, threads in REGISTER_SHAPES:
+        if per_thread * threads >= packs:
+            return per_thread, threads
+    return None
+
+
 def smem_bytes(direction: str, cols: int, itemsize: int) -> int:
     """Dynamic shared memory of the cached block tier: the row as stored (x; or y and dy)."""
     return cols * itemsize * (2 if direction == "backward" else 1)
@@ -263,6 +286,10 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
         if shape is not None:
             return TierChoice("warp", warp=shape, pack=pack)
     one_pass = thresholds.one_pass and direction == "forward"
+    if direction == "forward" and thresholds.registers_from_cols and cols >= thresholds.registers_from_cols:
+        shape = registers_shape(cols, pack)
+        if shape is not None:
+            return TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
     if smem_blocks_per_sm is not None:
         block = block_size_by_occupancy(smem_blocks_per_sm, thresholds.block_rule)
         if block is not None and smem_blocks_per_sm[BLOCK_SIZES[0]] >= max(1, thresholds.min_smem_blocks_per_sm):
@@ -274,7 +301,11 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
 def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
     """Whether choose_tier will look at the shared-memory occupancy (so the caller asks the GPU)."""
     shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
-    return not (cols <= thresholds.warp_max_cols and shape is not None)
+    if cols <= thresholds.warp_max_cols and shape is not None:
+        return False
+    registers = (direction == "forward" and thresholds.registers_from_cols and cols >= thresholds.registers_from_cols
+                 and registers_shape(cols, pack) is not None)
+    return not registers
 
 
 def choose_online(cols: int, pack: int, thresholds: Thresholds = Thresholds()) -> TierChoice:
@@ -311,6 +342,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             return f"softmax_block<{ctype}, {algo}, {p}, {_bool(cached)}, {_bool(choice.one_pass)}>"
         if choice.tier == "online_warp":
             return f"softmax_warp_online<{ctype}, {algo}, {p}, {choice.warp.group}>"
+        if choice.tier == "registers":
+            return f"softmax_rows<{ctype}, {algo}, {p}, {choice.packs_per_thread}, {choice.block}>"
     elif direction == "backward":
         if choice.tier == "warp":
             w = choice.warp
@@ -337,6 +370,10 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
                 for one_pass in ((False, True) if direction == "forward" else (False,)):
                     names.append(kernel_name(ctype, algorithm, direction,
                                              TierChoice(tier, block=128, one_pass=one_pass, pack=pack)))
+            if direction == "forward" and pack > 1:
+                for per_thread, threads in REGISTER_SHAPES:
+                    names.append(kernel_name(ctype, algorithm, direction, TierChoice(
+                        "registers", block=threads, pack=pack, packs_per_thread=per_thread)))
             if direction == "forward" and algorithm == "softmax":
                 for g in GROUP_WIDTHS:
                     names.append(kernel_name(ctype, algorithm, direction,
