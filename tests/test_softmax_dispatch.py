@@ -380,24 +380,30 @@ def test_backward_reference_in_chunks_matches_the_formula():
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
 
 
-def test_registers_tier_takes_long_forward_rows_from_its_threshold():
-    th = Thresholds(warp_max_cols=2048, registers_from_cols=4096)
+def test_registers_tier_takes_short_block_rows_and_rows_that_crowd_shared_memory():
+    th = Thresholds(warp_max_cols=2048, registers_max_packs=512, registers_below_smem_blocks=2)
+    roomy = {128: 4, 256: 2, 512: 1, 1024: 0}
+    crowded = {128: 1, 256: 1, 512: 1, 1024: 1}
     assert d.registers_shape(4096, 8) == (4, 128)
     assert d.registers_shape(32768, 8) == (4, 1024)
     assert d.registers_shape(65536, 8) == (8, 1024)
     assert d.registers_shape(65536 + 8, 8) is None and d.registers_shape(4096, 1) is None
     assert d.registers_shape(16384, 4) == (4, 1024) and d.registers_shape(32768, 4) == (8, 1024)
-    choice = d.choose_tier(8192, 8, thresholds=th)
-    assert (choice.tier, choice.block, choice.packs_per_thread) == ("registers", 256, 4)
-    assert not d.needs_occupancy(8192, 8, "forward", th)
-    assert d.kernel_name("half_t", "log_softmax", "forward", choice) == "softmax_rows<half_t, 1, 8, 4, 256>"
-    # Below the threshold, unpacked rows, rows too long and the backward keep the other tiers.
-    assert d.choose_tier(2048 + 8, 8, smem_blocks_per_sm={128: 4, 256: 2, 512: 1, 1024: 0}, thresholds=th).tier == "smem"
-    assert d.choose_tier(4097, 1, smem_blocks_per_sm={128: 4, 256: 2, 512: 1, 1024: 0}, thresholds=th).tier == "smem"
-    assert d.needs_occupancy(4097, 1, "forward", th) and d.needs_occupancy(1 << 20, 8, "forward", th)
-    assert d.choose_tier(1 << 20, 8, thresholds=th).tier == "uncached"
-    assert d.choose_tier(8192, 8, direction="backward", thresholds=th).tier == "uncached"
-    assert d.choose_tier(8192, 8, thresholds=Thresholds(warp_max_cols=2048)).tier == "uncached"
+    # 512 packs: by length, without asking the occupancy.
+    choice = d.choose_tier(4096, 8, thresholds=th)
+    assert (choice.tier, choice.block, choice.packs_per_thread) == ("registers", 128, 4)
+    assert not d.needs_occupancy(4096, 8, "forward", th) and d.needs_occupancy(4104, 8, "forward", th)
+    assert d.kernel_name("half_t", "log_softmax", "forward", choice) == "softmax_rows<half_t, 1, 8, 4, 128>"
+    # Longer rows: the shared-memory tier while it fits two blocks an SM, else registers.
+    assert d.choose_tier(8192, 8, smem_blocks_per_sm=roomy, thresholds=th).tier == "smem"
+    choice = d.choose_tier(32768, 4, smem_blocks_per_sm=crowded, thresholds=th)
+    assert (choice.tier, choice.block, choice.packs_per_thread) == ("registers", 1024, 8)
+    assert d.choose_tier(32768, 4, smem_blocks_per_sm={s: 0 for s in roomy}, thresholds=th).tier == "registers"
+    # Unpacked rows, rows too long, the backward and zero thresholds keep the other tiers.
+    assert d.choose_tier(4097, 1, smem_blocks_per_sm=crowded, thresholds=th).tier == "smem"
+    assert d.choose_tier(1 << 20, 8, smem_blocks_per_sm={s: 0 for s in roomy}, thresholds=th).tier == "uncached"
+    assert d.choose_tier(4096, 8, direction="backward", smem_blocks_per_sm=roomy, thresholds=th).tier == "smem"
+    assert d.choose_tier(4096, 8, smem_blocks_per_sm=crowded, thresholds=Thresholds(warp_max_cols=2048)).tier == "smem"
     # Every shape the tier can choose is instantiated.
     names = set(d.kernel_names("float", "forward"))
     for per_thread, threads in d.REGISTER_SHAPES:

@@ -218,6 +218,11 @@ def test_auto_dispatch_reaches_every_tier():
         assert t(8, 4096, torch.float32, op) == "smem"
         # 65535 float32 values (256 KiB; twice that for y and dy) fit no GPU's shared memory
         assert t(8, 65535, torch.float32, op) == "uncached"
+        # The forward's registers tier: 512 packs, and rows whose cache leaves one block an SM.
+        forward = "backward" not in op
+        assert t(8, 4096, torch.float16, op) == ("registers" if forward else "smem")
+        assert t(8, 8192, torch.float16, op) == "smem"
+        assert t(8, 32768, torch.float32, op) == ("registers" if forward else "uncached")
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
 

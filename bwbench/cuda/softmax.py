@@ -240,8 +240,13 @@ DEFAULT_THRESHOLDS = {
     #   one row per access again (cols 32: 91% vs 75%).
     #   both: the block size that keeps the most threads resident (cols 32768 forward: 93% vs 89%
     #   with OneFlow's rule; backward 8192: 102% vs 97%).
+    #   forward, registers tier (2026-11-22, scripts/softmax_tune.py --only auto,registers): it wins
+    #   at 512 packs (half/bf16 cols 4096: 4122 vs 3983 and 4114 vs 3882 GB/s) and where the cache
+    #   leaves one block an SM (float32 cols 32768: 3813 vs 3377 GB/s); it loses at 1024 threads
+    #   with 4 packs (half 32768: 3587 vs 3952, float32 16384: 2934 vs 3631) and is even between.
     "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
-                                   block_rule="threads", uncached_packs_per_thread=8),
+                                   block_rule="threads", uncached_packs_per_thread=8,
+                                   registers_max_packs=512, registers_below_smem_blocks=2),
     "backward": dispatch.Thresholds(warp_max_cols=512, small_group_rows=1, full_warp_rows=1, block_rule="threads",
                                     uncached_packs_per_thread=2),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),

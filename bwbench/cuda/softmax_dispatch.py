@@ -4,8 +4,10 @@ The article's dispatcher (OneFlow's softmax.cuh), as data in and a choice out:
 
 1. warp tier: a thread group of 1 .. 32 lanes per row with the row in registers, while the row
    fits the registers (`warp_shape`) and cols is at most the measured `warp_max_cols`;
-2. registers tier (forward, 16-byte packs, from `Thresholds.registers_from_cols`): one block
-   per row with the row in the block's registers, 4 or 8 packs a thread (`registers_shape`);
+2. registers tier (forward, 16-byte packs): one block per row with the row in the block's
+   registers, 4 or 8 packs a thread (`registers_shape`), for rows of at most
+   `Thresholds.registers_max_packs` packs and rows whose shared-memory cache would leave fewer than
+   `Thresholds.registers_below_smem_blocks` blocks an SM;
 3. shared-memory tier: one block per row with the row cached in shared memory, while the
    occupancy query says enough blocks fit on an SM (`Thresholds.min_smem_blocks_per_sm`); the
    block size comes from the occupancy table (`block_size_by_occupancy`: by default the one that
@@ -129,9 +131,12 @@ class Thresholds:
     """Block tiers compute (max, sum) in one pass with the online merge (forward only)."""
     online_warp_max_cols: int = 1024
     """The online implementation's thread-group kernel up to this many columns, blocks above."""
-    registers_from_cols: int = 0
-    """Forward rows of at least this many columns (past the warp tier) go to the registers tier
-    where it holds them (16-byte packs, at most 8 x 1024 packs); 0 leaves it off."""
+    registers_max_packs: int = 0
+    """Forward rows past the warp tier of at most this many 16-byte packs go to the registers
+    tier (0: none by length)."""
+    registers_below_smem_blocks: int = 0
+    """Forward rows whose shared-memory tier fits fewer than this many 128-thread blocks an SM go
+    to the registers tier where it holds them (at most 8 x 1024 packs; 0: none by occupancy)."""
 
     def __post_init__(self) -> None:
         if self.small_group_rows not in SMALL_GROUP_ROWS:
@@ -286,10 +291,13 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
         if shape is not None:
             return TierChoice("warp", warp=shape, pack=pack)
     one_pass = thresholds.one_pass and direction == "forward"
-    if direction == "forward" and thresholds.registers_from_cols and cols >= thresholds.registers_from_cols:
-        shape = registers_shape(cols, pack)
-        if shape is not None:
-            return TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
+    if direction == "forward" and registers_shape(cols, pack) is not None:
+        short = cols // pack <= thresholds.registers_max_packs
+        resident = (smem_blocks_per_sm or {}).get(BLOCK_SIZES[0], 0)
+        crowded = resident < thresholds.registers_below_smem_blocks
+        if short or crowded:
+            per_thread, threads = registers_shape(cols, pack)
+            return TierChoice("registers", block=threads, pack=pack, packs_per_thread=per_thread)
     if smem_blocks_per_sm is not None:
         block = block_size_by_occupancy(smem_blocks_per_sm, thresholds.block_rule)
         if block is not None and smem_blocks_per_sm[BLOCK_SIZES[0]] >= max(1, thresholds.min_smem_blocks_per_sm):
@@ -303,9 +311,8 @@ def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds
     shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
     if cols <= thresholds.warp_max_cols and shape is not None:
         return False
-    registers = (direction == "forward" and thresholds.registers_from_cols and cols >= thresholds.registers_from_cols
-                 and registers_shape(cols, pack) is not None)
-    return not registers
+    short = direction == "forward" and registers_shape(cols, pack) is not None and cols // pack <= thresholds.registers_max_packs
+    return not short
 
 
 def choose_online(cols: int, pack: int, thresholds: Thresholds = Thresholds()) -> TierChoice:
