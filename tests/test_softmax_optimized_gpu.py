@@ -325,8 +325,8 @@ def test_large_magnitudes_and_masked_rows(op, cols, dtype):
         overrides = _overrides(op, tier)
         try:
             y = _function(op)(x, **overrides)
-        except ValueError as exc:  # warp tier at 4097 columns
-            assert "warp tier" in str(exc)
+        except ValueError as exc:  # warp tier at 4097 columns, registers tier without 16-byte packs
+            assert "warp tier" in str(exc) or "registers tier" in str(exc)
             continue
         finite = torch.isfinite(ref)
         assert torch.equal(torch.isfinite(y), finite), f"{op} {tier}: non-finite pattern differs"
@@ -352,7 +352,7 @@ def test_rejects_bad_inputs():
     with pytest.raises(ValueError, match="out must have"):
         softmax(torch.randn(8, 8, device="cuda"), out=torch.empty(8, 9, device="cuda"))
     with pytest.raises(ValueError, match="tier must be"):
-        softmax(torch.randn(8, 8, device="cuda"), tier="registers")
+        softmax(torch.randn(8, 8, device="cuda"), tier="in_l2")
 
 
 def test_empty_and_single_column():
