@@ -158,6 +158,12 @@ __device__ __forceinline__ Welford pack_welford(const float (&v)[N]) {
     return s;
 }
 
+// Calls f(i, value) for each element of a thread's valid packs, in order; i (the element's index
+// among the thread's P x N values) is a compile-time constant once unrolled, so Welford's
+// 1 / (i + 1) folds away.
+template <typename T, int N, int P, typename F>
+__device__ __forceinline__ void for_each_value(const bw::Pack<T, N> (&packs)[P], const bool (&valid)[P], F&& f);
+
 // ---------------------------------------------------------------------------------------------
 // Loads, stores and the affine step
 // ---------------------------------------------------------------------------------------------
@@ -215,6 +221,18 @@ struct Narrow<half_t> : NarrowPairs<half_t, 1> {};
 template <>
 struct Narrow<bf16_t> : NarrowPairs<bf16_t, 0> {};
 #endif
+
+template <typename T, int N, int P, typename F>
+__device__ __forceinline__ void for_each_value(const bw::Pack<T, N> (&packs)[P], const bool (&valid)[P], F&& f) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        if (!valid[p]) continue;
+        float v[N];
+        to_floats(packs[p], v);
+#pragma unroll
+        for (int j = 0; j < N; ++j) f(p * N + j, v[j]);
+    }
+}
 
 // y = (v - mean) * rstd * gamma + beta, written as fma(fma(v, a, c), gamma, beta) with a = rstd and
 // c = -mean * rstd (v and mean shifted, so c is of the order of 1 and costs no accuracy);
@@ -469,14 +487,7 @@ norm_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
         float mean = 0.0f, rstd;
         if constexpr (kRms) {
             float ss = 0.0f;
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-                if (!valid[p]) continue;
-                float f[N];
-                normk::to_floats(raw[p], f);
-#pragma unroll
-                for (int j = 0; j < N; ++j) ss = fmaf(f[j], f[j], ss);
-            }
+            normk::for_each_value(raw, valid, [&](int, float v) { ss = fmaf(v, v, ss); });
             ss = bw::warp_allreduce<bw::SumOp, 32>(ss);
             if constexpr (kWarps > 1) {
                 if (lane == 0) partial[parity][0][warp] = ss;
@@ -487,16 +498,9 @@ norm_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
             rstd = rsqrtf(ss / fcols + eps);
         } else {
             float m2 = 0.0f;
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-                if (!valid[p]) continue;
-                float f[N];
-                normk::to_floats(raw[p], f);
-#pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    normk::welford_step(f[j] - k, 1.0f / static_cast<float>(p * N + j + 1), mean, m2);
-                }
-            }
+            normk::for_each_value(raw, valid, [&](int i, float v) {
+                normk::welford_step(v - k, 1.0f / static_cast<float>(i + 1), mean, m2);
+            });
             float warp_count = static_cast<float>(32 * P * N);
             if (full) {
                 normk::warp_merge_equal<32>(mean, m2, static_cast<float>(P * N));
