@@ -22,26 +22,14 @@
 //
 // Indices are 32-bit: the launcher refuses tensors of 2^31 elements or more.
 #include "bitmask.cuh"
+#include "welford.cuh"
 
 namespace bnr {
 
 constexpr int kBlock = 256;  // threads per block of every kernel here
 
-struct Stat {
-    float n, mean, m2;
-};
-
-// Chan et al.: the state of the union of two disjoint sets ((0, 0, 0) is an identity).
-__device__ __forceinline__ Stat chan_merge(const Stat& a, const Stat& b) {
-    const float n = a.n + b.n;
-    const float wb = b.n / fmaxf(n, 1.0f);
-    const float d = b.mean - a.mean;
-    Stat r;
-    r.n = n;
-    r.mean = fmaf(d, wb, a.mean);
-    r.m2 = a.m2 + b.m2 + d * d * a.n * wb;
-    return r;
-}
+using Stat = bw::Welford;  // kernels/welford.cuh
+using bw::chan_merge;
 
 // A thread's shifted sums as a Welford state.
 __device__ __forceinline__ Stat from_sums(float n, float s1, float s2) {
@@ -208,6 +196,24 @@ __global__ void bn_stats_nhwc(const T* __restrict__ x, float* __restrict__ ws, i
     }
 }
 
+// V elements of dy and x at `off`, dy zeroed where the mask bit is 0: the gradient through the
+// ReLU, g, next to the x it multiplies in the BN backward's sums.
+template <typename T, int V, bool Vec>
+__device__ __forceinline__ void load_masked_grad(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
+                                                 int mask_bytes, const T* __restrict__ x, int off, float (&g)[V],
+                                                 float (&f)[V]) {
+    load_floats<T, V, Vec>(dy, off, g);
+    load_floats<T, V, Vec>(x, off, f);
+    unsigned bits;
+    if constexpr (Vec) {
+        bits = bw::read_bits<V>(mask, mask_bytes, off);
+    } else {
+        bits = mask_bit(mask, off);
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.0f;
+}
+
 // Partial sums of g and g * (x - mean) for the backward; same walks as the statistics.
 template <typename T, int V, bool Vec>
 __global__ void bn_grad_nchw(const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
@@ -219,19 +225,11 @@ __global__ void bn_grad_nchw(const T* __restrict__ dy, const unsigned char* __re
         const int plane = j / HW;
         const int off = (plane * C + c) * HW + (j - plane * HW);
         float g[V], f[V];
-        load_floats<T, V, Vec>(dy, off, g);
-        load_floats<T, V, Vec>(x, off, f);
-        unsigned bits;
-        if constexpr (Vec) {
-            bits = bw::read_bits<V>(mask, mask_bytes, off);
-        } else {
-            bits = mask_bit(mask, off);
-        }
+        load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, off, g, f);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-            const float gk = (bits >> k) & 1u ? g[k] : 0.0f;
-            sg += gk;
-            sgx = fmaf(gk, f[k] - mu, sgx);
+            sg += g[k];
+            sgx = fmaf(g[k], f[k] - mu, sgx);
         }
     }
     sg = block_sum(sg, 1);
@@ -260,19 +258,11 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
         for (int r = s * ty_threads + ty; r < rows; r += S * ty_threads) {
             const int off = r * C + c0;
             float g[V], f[V];
-            load_floats<T, V, Vec>(dy, off, g);
-            load_floats<T, V, Vec>(x, off, f);
-            unsigned bits;
-            if constexpr (Vec) {
-                bits = bw::read_bits<V>(mask, mask_bytes, off);
-            } else {
-                bits = mask_bit(mask, off);
-            }
+            load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, off, g, f);
 #pragma unroll
             for (int k = 0; k < V; ++k) {
-                const float gk = (bits >> k) & 1u ? g[k] : 0.0f;
-                sg[k] += gk;
-                sgx[k] = fmaf(gk, f[k] - mu[k], sgx[k]);
+                sg[k] += g[k];
+                sgx[k] = fmaf(g[k], f[k] - mu[k], sgx[k]);
             }
         }
     }

@@ -32,7 +32,7 @@
 //
 // Indices into x and y are 64-bit (rows * cols may exceed 2^31); column indices are 32-bit.
 
-#include "common.cuh"
+#include "welford.cuh"
 
 // Dynamic shared memory of norm_block<..., true>: one row of x in its storage type.
 extern __shared__ __align__(16) unsigned char norm_row_cache[];
@@ -56,13 +56,9 @@ constexpr int kBlockStoreBatch = 4;
 // Welford / Chan
 // ---------------------------------------------------------------------------------------------
 
-// A partial result: count, mean of the (shifted) values and M2, their sum of squared deviations
-// from that mean. The count is a float: exact up to 2^24, and it saves conversions in the merge.
-struct Welford {
-    float n;
-    float mean;
-    float m2;
-};
+// A partial result over the (shifted) values: count, mean and M2 (kernels/welford.cuh).
+using bw::Welford;
+using bw::chan_merge;
 
 // One element into a running state; `inv_count` is 1 / (count including this element). Callers
 // pass compile-time constants, so there is no division per element.
@@ -70,19 +66,6 @@ __device__ __forceinline__ void welford_step(float v, float inv_count, float& me
     const float d = v - mean;
     mean = fmaf(d, inv_count, mean);
     m2 = fmaf(d, v - mean, m2);
-}
-
-// Chan et al.: the state of the union of two disjoint sets. (0, 0, 0) is an exact identity on
-// either side, and a merge of two empty states stays (0, 0, 0) (no 0 / 0).
-__device__ __forceinline__ Welford chan_merge(const Welford& a, const Welford& b) {
-    const float n = a.n + b.n;
-    const float wb = __fdividef(b.n, fmaxf(n, 1.0f));
-    const float d = b.mean - a.mean;
-    Welford r;
-    r.n = n;
-    r.mean = fmaf(d, wb, a.mean);
-    r.m2 = a.m2 + b.m2 + d * d * a.n * wb;
-    return r;
 }
 
 // Butterfly merge within aligned groups of Width lanes; every lane ends with its group's state,
