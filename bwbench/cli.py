@@ -481,6 +481,7 @@ def compare(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
+    min_bytes: str = typer.Option("0", "--min-bytes", help="Leave out records that move fewer bytes, e.g. 64MB: cases of a few microseconds drift between runs by more than --max-drop."),
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
 
@@ -494,11 +495,14 @@ def compare(
         from .results import read_document
 
         threshold = parse_fraction(max_drop)
+        smallest = parse_size(min_bytes)
         try:
             docs = [read_document(p) for p in (baseline, current)]
         except ValueError as err:
             raise UsageError(str(err)) from None
-        comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu)
+        comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest)
+        if not comparisons:
+            raise UsageError(f"--min-bytes {min_bytes}: no record of these runs moves that much")
         wanted = split_list(impl)
         if wanted:
             known = {c.impl for c in comparisons}

@@ -138,8 +138,13 @@ def check_same_gpu(baseline: RunDocument, current: RunDocument, ignore_gpu: bool
 
 
 def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, ignore_gpu: bool = False,
-                 include_copy: bool = False) -> list[Comparison]:
-    """Every record of either run, matched by (suite, case, dtype, implementation) and judged."""
+                 include_copy: bool = False, min_bytes: int = 0) -> list[Comparison]:
+    """Every record of either run, matched by (suite, case, dtype, implementation) and judged.
+
+    min_bytes: records that move fewer bytes (in both runs) are left out. Cases of a few
+    microseconds drift between runs by more than a gate's threshold while each run's samples
+    agree (H200: dropout at 8 MB, -7.5% between two runs of the same code), and the rank test only
+    sees within-run noise."""
     if not 0 < max_drop < 1:
         raise GateInputError(f"the threshold must be between 0% and 100% (got {max_drop:.2%})")
     check_same_gpu(baseline, current, ignore_gpu)
@@ -148,7 +153,12 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
     keys = list(dict.fromkeys([*base, *cur]))
     if not set(base) & set(cur):
         raise GateInputError("the two runs have no (suite, case, dtype, implementation) in common")
-    return [judge(base.get(k), cur.get(k), max_drop) for k in keys if include_copy or k[3] != COPY_IMPL]
+    def big_enough(key) -> bool:
+        sizes = [r.bytes_total for r in (base.get(key), cur.get(key)) if r is not None and r.bytes_total]
+        return not min_bytes or not sizes or max(sizes) >= min_bytes
+
+    return [judge(base.get(k), cur.get(k), max_drop) for k in keys
+            if (include_copy or k[3] != COPY_IMPL) and big_enough(k)]
 
 
 def has_regression(comparisons: Iterable[Comparison]) -> bool:

@@ -163,3 +163,30 @@ def test_compare_command_exit_codes_and_outputs(tmp_path):
     assert refused.exit_code == 2 and "--ignore-gpu" in refused.output
     assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "nope.json")]).exit_code == 2
     assert runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--max-drop", "lots"]).exit_code == 2
+
+
+def test_min_bytes_leaves_small_records_out_of_the_gate(tmp_path):
+    """A drop at cols 32 (6.4 MB moved) fails the gate; with --min-bytes 64MB it is not judged,
+    while a drop at cols 4096 (805 MB) still is."""
+    baseline = read_document(RUN_A)
+    sizes = {r.case: r.bytes_total for r in baseline.records}
+    small, large = "rows=49152,cols=32", "rows=49152,cols=4096"
+    assert sizes[small] < 64e6 <= sizes[large]
+    slowed_small = inject_drop(read_document(RUN_B), "torch", small, 0.10, baseline)
+    every = compare_runs(baseline, slowed_small, 0.05)
+    kept = compare_runs(baseline, slowed_small, 0.05, min_bytes=64_000_000)
+    assert has_regression(every) and not has_regression(kept)
+    assert {c.case for c in kept} < {c.case for c in every} and all(c.case != small for c in kept)
+
+    runner = CliRunner()
+    ResultsWriter(tmp_path / "small.json", slowed_small).finish()
+    assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "small.json")]).exit_code == 1
+    gated = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "small.json"), "--min-bytes", "64MB"])
+    assert gated.exit_code == 0, gated.output
+    slowed_large = inject_drop(read_document(RUN_B), "torch", large, 0.10, baseline)
+    ResultsWriter(tmp_path / "large.json", slowed_large).finish()
+    assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "large.json"), "--min-bytes", "64MB"]).exit_code == 1
+    bad = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--min-bytes", "lots"])
+    assert bad.exit_code == 2 and "cannot read" in bad.output
+    none = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--min-bytes", "1TB"])
+    assert none.exit_code == 2 and "no record" in none.output
