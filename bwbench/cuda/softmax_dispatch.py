@@ -291,13 +291,12 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
         if shape is not None:
             return TierChoice("warp", warp=shape, pack=pack)
     one_pass = thresholds.one_pass and direction == "forward"
-    if direction == "forward" and registers_shape(cols, pack) is not None:
-        short = cols // pack <= thresholds.registers_max_packs
+    shape = registers_shape(cols, pack) if direction == "forward" else None
+    if shape is not None:
         resident = (smem_blocks_per_sm or {}).get(BLOCK_SIZES[0], 0)
         crowded = resident < thresholds.registers_below_smem_blocks
-        if short or crowded:
-            per_thread, threads = registers_shape(cols, pack)
-            return TierChoice("registers", block=threads, pack=pack, packs_per_thread=per_thread)
+        if _short_for_registers(cols, pack, direction, thresholds) or crowded:
+            return TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
     if smem_blocks_per_sm is not None:
         block = block_size_by_occupancy(smem_blocks_per_sm, thresholds.block_rule)
         if block is not None and smem_blocks_per_sm[BLOCK_SIZES[0]] >= max(1, thresholds.min_smem_blocks_per_sm):
@@ -311,8 +310,13 @@ def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds
     shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
     if cols <= thresholds.warp_max_cols and shape is not None:
         return False
-    short = direction == "forward" and registers_shape(cols, pack) is not None and cols // pack <= thresholds.registers_max_packs
-    return not short
+    return not _short_for_registers(cols, pack, direction, thresholds)
+
+
+def _short_for_registers(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
+    """A forward row the registers tier takes by its length alone (no occupancy needed)."""
+    return (direction == "forward" and registers_shape(cols, pack) is not None
+            and cols // pack <= thresholds.registers_max_packs)
 
 
 def choose_online(cols: int, pack: int, thresholds: Thresholds = Thresholds()) -> TierChoice:
