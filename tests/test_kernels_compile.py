@@ -270,6 +270,20 @@ def test_cpp_type_map() -> None:
         loader.cpp_type(torch.float64)
 
 
+def test_check_matrix_names_the_function_and_argument() -> None:
+    with pytest.raises(ValueError, match="layer_norm expects gamma to be a torch.Tensor"):
+        loader.check_matrix([1.0], "layer_norm", "gamma")
+    with pytest.raises(ValueError, match="softmax expects a 2-D x"):
+        loader.check_matrix(torch.zeros(2, 3, 4), "softmax")
+    with pytest.raises(ValueError, match="expects CUDA tensors, got dy on cpu"):
+        loader.check_matrix(torch.zeros(2, 3), "naive_softmax_backward", "dy")
+
+
+def test_device_index_of_devices_and_numbers() -> None:
+    assert loader.device_index(3) == 3
+    assert loader.device_index(torch.device("cuda", 2)) == 2
+
+
 def test_missing_cupy_skips_with_a_clear_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from bwbench.suite import Skip
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from bwbench.cuda.bitmask import pack_bits, packed_bytes
-from bwbench.cuda.loader import KernelSource, cpp_type, load, max_active_blocks_per_sm
+from bwbench.cuda.loader import KernelSource, cpp_type, device_index, load, max_active_blocks_per_sm
 
 __all__ = [
     "LAYOUTS",
@@ -199,10 +199,6 @@ def apply_blocks(layout: str, numel: int, c: int, pack: int, vec: bool, wave: in
     return blocks
 
 
-def _device(t: torch.Tensor) -> int:
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
-
-
 def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
     """(storage type, pack, vectorized?) for x and the tensors that move with it."""
     ctype = cpp_type(x.dtype)
@@ -220,7 +216,7 @@ def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x:
     v = pack if vec else 1
     name = f"bnr::{kind}_{layout.lower()}<{ctype}, {v}, {'true' if vec else 'false'}>"
     kernel = module.kernel(name)
-    (gx, gy), tx = reduction_grid(layout, n, c, hw, v, _wave(kernel, _device(x)))
+    (gx, gy), tx = reduction_grid(layout, n, c, hw, v, _wave(kernel, device_index(x)))
     ws = torch.empty(ws_arrays * gy * c, dtype=torch.float32, device=x.device)
     if layout == "NCHW":
         tail = (np.int32(c), np.int32(hw), np.int32(n * hw))
@@ -262,7 +258,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
                                      np.float32(eps), mean, invstd, np.int32(c)))
     b = lambda v: "true" if v else "false"  # noqa: E731
     apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
-    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, _device(x)))
+    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
     apply(blocks, BLOCK, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c), np.int32(h * w)))
     return y, mask, mean, invstd
 
@@ -296,7 +292,7 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
                                            (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
     b = lambda v: "true" if v else "false"  # noqa: E731
     apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
-    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, _device(x)))
+    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
     apply(blocks, BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, np.int32(numel),
                           np.int32(c), np.int32(h * w), np.float32(1.0 / (numel // c))))
     return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from bwbench.cuda.loader import device_index
 from bwbench.suite import Skip
 
 __all__ = ["CudnnBatchNormRelu", "CudnnError", "CudnnSoftmax", "CudnnUnavailable", "cudnn_version"]
@@ -265,13 +266,7 @@ class CudnnSoftmax:
                 f"(each dimension and the element count must be <= {_INT32_MAX})"
             )
         self.rows, self.cols, self.dtype, self.algorithm = int(rows), int(cols), dtype, algorithm
-        if device is None:
-            index = torch.cuda.current_device()
-        elif isinstance(device, torch.device):
-            index = device.index if device.index is not None else torch.cuda.current_device()
-        else:
-            index = int(device)
-        self.device = torch.device("cuda", index)
+        self.device = torch.device("cuda", device_index(device))
 
         lib = _library()
         for name in ("cudnnSetStream", "cudnnSoftmaxForward", "cudnnSoftmaxBackward"):
@@ -389,8 +384,7 @@ class CudnnBatchNormRelu:
         if n * c * h * w > _INT32_MAX:
             raise CudnnUnavailable(f"shape {shape} does not fit cuDNN's int32 tensor descriptors")
         self.shape, self.dtype, self.eps, self.residual = (n, c, h, w), dtype, float(eps), residual
-        index = torch.cuda.current_device() if device is None else int(device)
-        self.device = torch.device("cuda", index)
+        self.device = torch.device("cuda", device_index(device))
         lib = _library()
         for name in ("cudnnSetStream", "cudnnBatchNormalizationForwardTrainingEx", "cudnnDeriveBNTensorDescriptor",
                      "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",

@@ -40,8 +40,10 @@ __all__ = [
     "Kernel",
     "KernelCompileError",
     "KernelSource",
+    "check_matrix",
     "cpp_type",
     "declared_sources",
+    "device_index",
     "grid_size",
     "kernel_arguments",
     "launch",
@@ -235,7 +237,7 @@ class Kernel:
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """CUDA function attributes (num_regs, local_size_bytes, ...) on a device."""
         cupy = _import_cupy()
-        device = _device_index(device)
+        device = device_index(device)
         with cupy.cuda.Device(device):
             self._prepare(device)
             return dict(self.raw.attributes)
@@ -326,7 +328,7 @@ def _compile(source: KernelSource, code: str, digest: str, options: tuple[str, .
     what = f"{source.filename} (NVRTC options: {' '.join(options)})"
     raw = cupy.RawModule(code=code, options=options, name_expressions=source.name_expressions)
     kernels: dict[str, Any] = {}
-    with cupy.cuda.Device(_device_index(None)):
+    with cupy.cuda.Device(device_index(None)):
         try:
             raw.compile()
         except CompileException as exc:
@@ -361,7 +363,7 @@ def kernel_arguments(args: Iterable[Any]) -> tuple[list[Any], int | None]:
         if isinstance(arg, torch.Tensor):
             if arg.device.type != "cuda":
                 raise ValueError(f"kernel argument {position} is a tensor on {arg.device}, not on a CUDA device")
-            index = arg.device.index if arg.device.index is not None else torch.cuda.current_device()
+            index = device_index(arg)
             if device is None:
                 device = index
             elif index != device:
@@ -402,12 +404,28 @@ def _dims(value: int | Sequence[int], what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _device_index(device: int | torch.device | None) -> int:
-    if device is None:
-        return torch.cuda.current_device()
+def device_index(device: int | torch.device | torch.Tensor | None) -> int:
+    """The CUDA device number of a device, a tensor's device, or the current one (None, or a
+    device without an index)."""
+    if isinstance(device, torch.Tensor):
+        device = device.device
     if isinstance(device, torch.device):
-        return device.index if device.index is not None else torch.cuda.current_device()
-    return int(device)
+        device = device.index
+    return torch.cuda.current_device() if device is None else int(device)
+
+
+def check_matrix(t: torch.Tensor, what: str, name: str = "x") -> None:
+    """`t` is a 2-D contiguous CUDA tensor of a dtype the kernels take; a ValueError naming `what`
+    (the function) and `name` (the argument) otherwise."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{what} expects {name} to be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{what} expects a 2-D {name} (rows, cols), got shape {tuple(t.shape)}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{what} expects CUDA tensors, got {name} on {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} expects a contiguous {name}, got strides {t.stride()}")
+    cpp_type(t.dtype)  # ValueError naming the supported dtypes
 
 
 class _StreamHandle:
@@ -451,8 +469,7 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     if isinstance(shared_mem, bool) or not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
         raise ValueError(f"shared_mem must be a non-negative integer, got {shared_mem!r}")
     packed, device = kernel_arguments(args)
-    if device is None:
-        device = torch.cuda.current_device()
+    device = device_index(device)
     cupy = _import_cupy()
     stream_ptr = torch.cuda.current_stream(device).cuda_stream
     with cupy.cuda.Device(device):
@@ -469,7 +486,7 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
 def max_active_blocks_per_sm(kernel: Kernel, block_threads: int, dynamic_smem_bytes: int = 0,
                              device: int | torch.device | None = None) -> int:
     """How many blocks of `block_threads` threads fit on one SM at once (CUDA occupancy query)."""
-    device = _device_index(device)
+    device = device_index(device)
     key = (device, int(block_threads), int(dynamic_smem_bytes))
     cached = kernel._occupancy.get(key)
     if cached is not None:
@@ -488,7 +505,7 @@ def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem
               device: int | torch.device | None = None) -> int:
     """Blocks for a grid-stride launch: one full wave (SMs x resident blocks per SM), or fewer when
     the work needs fewer. Never 0: callers return early on empty inputs."""
-    device = _device_index(device)
+    device = device_index(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     per_sm = max_active_blocks_per_sm(kernel, block_threads, dynamic_smem_bytes, device)
     if per_sm < 1:
@@ -505,7 +522,7 @@ def set_max_dynamic_shared_memory(kernel: Kernel, nbytes: int, device: int | tor
     Applied now on `device` (default: current) and on any other device before its first launch there.
     """
     cupy = _import_cupy()
-    device = _device_index(device)
+    device = device_index(device)
     with kernel._lock:
         kernel._max_dynamic_smem = int(nbytes)
         kernel._prepared.clear()

@@ -46,7 +46,9 @@ from bwbench.cuda.loader import (
     CompiledModule,
     Kernel,
     KernelSource,
+    check_matrix,
     cpp_type,
+    device_index,
     grid_size,
     launch,
     load,
@@ -439,20 +441,8 @@ def _with_alternatives(first: NormPlan, others) -> NormPlan:
 # ----------------------------------------------------------------------------------------------
 
 
-def _device_index(t: torch.Tensor) -> int:
-    return t.device.index if t.device.index is not None else torch.cuda.current_device()
-
-
 def _check(x: torch.Tensor, params: dict[str, torch.Tensor | None], what: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{what} expects x to be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"{what} expects a 2-D x (rows, cols), got shape {tuple(x.shape)}")
-    if x.device.type != "cuda":
-        raise ValueError(f"{what} expects CUDA tensors, got x on {x.device}")
-    if not x.is_contiguous():
-        raise ValueError(f"{what} expects a contiguous x, got strides {x.stride()}")
-    cpp_type(x.dtype)  # ValueError naming the supported dtypes
+    check_matrix(x, what)
     if x.shape[1] < 1:
         raise ValueError(f"{what} needs at least one column, got shape {tuple(x.shape)}")
     for name, p in params.items():
@@ -510,7 +500,7 @@ _LAUNCHES: dict[tuple, _Launch] = {}
 
 
 def _launch_key(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block: int | None) -> tuple:
-    return (_device_index(x), *x.shape, x.dtype, rms, pack, tier, block)
+    return (device_index(x), *x.shape, x.dtype, rms, pack, tier, block)
 
 
 def _launch_of(chosen: NormPlan, module: CompiledModule, device: int, rows: int) -> _Launch:
@@ -523,7 +513,7 @@ def _model_plan(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block: 
     key = _launch_key(x, rms, pack, tier, block)
     cached = _PLANS.get(key)
     if cached is None:
-        device = _device_index(x)
+        device = device_index(x)
         ctype = cpp_type(x.dtype)
         module = load(OPTIMIZED[(ctype, rms)])
         smem_limit = _smem_limit(device)
@@ -641,7 +631,7 @@ def _naive(x, gamma, beta, eps, out, rms: bool):
     y = outputs[0]
     mean, rstd = (None, outputs[1]) if rms else (outputs[1], outputs[2])
     ctype = cpp_type(x.dtype)
-    device = _device_index(x)
+    device = device_index(x)
     module = load(NAIVE)
     rows_, cols_, eps_ = np.int64(rows), np.int64(cols), np.float32(eps)
 

@@ -21,7 +21,9 @@ from bwbench.cuda import softmax_dispatch as dispatch
 from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
+    check_matrix,
     cpp_type,
+    device_index,
     grid_size,
     launch,
     load,
@@ -46,16 +48,25 @@ NAIVE = KernelSource(
 NAIVE_BLOCK = 256
 
 
-def _check_input(x: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"softmax expects a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"softmax expects a 2-D tensor (rows, cols), got shape {tuple(x.shape)}")
-    if x.device.type != "cuda":
-        raise ValueError(f"softmax expects a CUDA tensor, got one on {x.device}")
-    if not x.is_contiguous():
-        raise ValueError(f"softmax expects a contiguous tensor, got strides {x.stride()}")
-    cpp_type(x.dtype)  # ValueError naming the supported dtypes
+def _naive_launcher(device: int):
+    """run(kernel, work_blocks, args): a naive kernel at NAIVE_BLOCK threads, its grid capped at
+    what the device keeps resident (the kernels grid-stride)."""
+
+    def run(kernel: Kernel, work_blocks: int, args: tuple) -> None:
+        launch(kernel, grid_size(kernel, NAIVE_BLOCK, work_blocks, device=device), NAIVE_BLOCK, args)
+
+    return run
+
+
+def _naive_out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
+        raise ValueError(
+            f"out must be contiguous with the input's shape, dtype and device: got {tuple(out.shape)} "
+            f"{out.dtype} on {out.device}, want {tuple(x.shape)} {x.dtype} on {x.device}"
+        )
+    return out
 
 
 def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -65,23 +76,15 @@ def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.
     writes into `out` (same shape, dtype and device, contiguous) and returns it. Runs on PyTorch's
     current stream; capturable in a CUDA graph once it has run outside capture.
     """
-    _check_input(x)
+    check_matrix(x, "naive_softmax")
     ctype = cpp_type(x.dtype)
-    if out is None:
-        y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    else:
-        if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
-            raise ValueError(
-                f"out must be contiguous with x's shape, dtype and device: got {tuple(out.shape)} {out.dtype} "
-                f"on {out.device}, want {tuple(x.shape)} {x.dtype} on {x.device}"
-            )
-        y = out
+    y = _naive_out(x, out)
     rows, cols = x.shape
     n = rows * cols
     if n == 0:
         return y
 
-    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    run = _naive_launcher(device_index(x))
     module = load(NAIVE)
     reduce_max = module.kernel(f"naive_reduce_max<{ctype}>")
     broadcast_sub = module.kernel(f"naive_broadcast_sub<{ctype}>")
@@ -94,16 +97,12 @@ def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
 
     rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
-    elementwise_blocks = -(-n // NAIVE_BLOCK)
-
-    def grid(kernel, work_blocks: int) -> int:
-        return grid_size(kernel, NAIVE_BLOCK, work_blocks, device=device)
-
-    launch(reduce_max, grid(reduce_max, rows), NAIVE_BLOCK, (x, row_max, rows_, cols_))
-    launch(broadcast_sub, grid(broadcast_sub, elementwise_blocks), NAIVE_BLOCK, (x, row_max, tmp, rows_, cols_))
-    launch(exp, grid(exp, elementwise_blocks), NAIVE_BLOCK, (tmp, n_))
-    launch(reduce_sum, grid(reduce_sum, rows), NAIVE_BLOCK, (tmp, row_sum, rows_, cols_))
-    launch(broadcast_div, grid(broadcast_div, elementwise_blocks), NAIVE_BLOCK, (tmp, row_sum, y, rows_, cols_))
+    elementwise = -(-n // NAIVE_BLOCK)
+    run(reduce_max, rows, (x, row_max, rows_, cols_))
+    run(broadcast_sub, elementwise, (x, row_max, tmp, rows_, cols_))
+    run(exp, elementwise, (tmp, n_))
+    run(reduce_sum, rows, (tmp, row_sum, rows_, cols_))
+    run(broadcast_div, elementwise, (tmp, row_sum, y, rows_, cols_))
     return y
 
 
@@ -124,30 +123,19 @@ FAMILY_NAIVE = KernelSource(
 )
 
 
-def _naive_out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    if out is None:
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
-        raise ValueError(
-            f"out must be contiguous with the input's shape, dtype and device: got {tuple(out.shape)} "
-            f"{out.dtype} on {out.device}, want {tuple(x.shape)} {x.dtype} on {x.device}"
-        )
-    return out
-
-
 def naive_log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """log_softmax(x, dim=-1) in five kernels: row max, subtract, exp, row sum, subtract log.
 
     Same contract as `naive_softmax` (2-D contiguous CUDA tensor, float16/bfloat16/float32).
     """
-    _check_input(x)
+    check_matrix(x, "naive_log_softmax")
     ctype = cpp_type(x.dtype)
     y = _naive_out(x, out)
     rows, cols = x.shape
     n = rows * cols
     if n == 0:
         return y
-    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    run = _naive_launcher(device_index(x))
     base, family = load(NAIVE), load(FAMILY_NAIVE)
     reduce_max = base.kernel(f"naive_reduce_max<{ctype}>")
     broadcast_sub = base.kernel(f"naive_broadcast_sub<{ctype}>")
@@ -161,15 +149,11 @@ def naive_log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> to
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
     rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
     elementwise = -(-n // NAIVE_BLOCK)
-
-    def grid(kernel, work_blocks: int) -> int:
-        return grid_size(kernel, NAIVE_BLOCK, work_blocks, device=device)
-
-    launch(reduce_max, grid(reduce_max, rows), NAIVE_BLOCK, (x, row_max, rows_, cols_))
-    launch(broadcast_sub, grid(broadcast_sub, elementwise), NAIVE_BLOCK, (x, row_max, t, rows_, cols_))
-    launch(exp_into, grid(exp_into, elementwise), NAIVE_BLOCK, (t, e, n_))
-    launch(reduce_sum, grid(reduce_sum, rows), NAIVE_BLOCK, (e, row_sum, rows_, cols_))
-    launch(sub_log, grid(sub_log, elementwise), NAIVE_BLOCK, (t, row_sum, y, rows_, cols_))
+    run(reduce_max, rows, (x, row_max, rows_, cols_))
+    run(broadcast_sub, elementwise, (x, row_max, t, rows_, cols_))
+    run(exp_into, elementwise, (t, e, n_))
+    run(reduce_sum, rows, (e, row_sum, rows_, cols_))
+    run(sub_log, elementwise, (t, row_sum, y, rows_, cols_))
     return y
 
 
@@ -177,8 +161,8 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     """The softmax gradient dx = y * (dy - sum(dy * y)) in four kernels: multiply, row sum,
     subtract, multiply (float32 in between). y and dy: 2-D contiguous CUDA tensors of one shape
     and dtype."""
-    _check_input(y)
-    _check_input(dy)
+    check_matrix(y, "naive_softmax_backward", "y")
+    check_matrix(dy, "naive_softmax_backward", "dy")
     if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
         raise ValueError(f"dy must match y: got {tuple(dy.shape)} {dy.dtype} on {dy.device}, "
                          f"y is {tuple(y.shape)} {y.dtype} on {y.device}")
@@ -188,7 +172,7 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     n = rows * cols
     if n == 0:
         return dx
-    device = y.device.index if y.device.index is not None else torch.cuda.current_device()
+    run = _naive_launcher(device_index(y))
     base, family = load(NAIVE), load(FAMILY_NAIVE)
     mul = family.kernel(f"naive_mul<{ctype}>")
     reduce_sum = base.kernel("naive_reduce_sum")
@@ -200,14 +184,10 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     row_sum = torch.empty(rows, dtype=torch.float32, device=y.device)
     rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
     elementwise = -(-n // NAIVE_BLOCK)
-
-    def grid(kernel, work_blocks: int) -> int:
-        return grid_size(kernel, NAIVE_BLOCK, work_blocks, device=device)
-
-    launch(mul, grid(mul, elementwise), NAIVE_BLOCK, (y, dy, p, n_))
-    launch(reduce_sum, grid(reduce_sum, rows), NAIVE_BLOCK, (p, row_sum, rows_, cols_))
-    launch(sub, grid(sub, elementwise), NAIVE_BLOCK, (dy, row_sum, t, rows_, cols_))
-    launch(mul_out, grid(mul_out, elementwise), NAIVE_BLOCK, (t, y, dx, n_))
+    run(mul, elementwise, (y, dy, p, n_))
+    run(reduce_sum, rows, (p, row_sum, rows_, cols_))
+    run(sub, elementwise, (dy, row_sum, t, rows_, cols_))
+    run(mul_out, elementwise, (t, y, dx, n_))
     return dx
 
 
@@ -356,7 +336,7 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     direction, algorithm, key = OPERATIONS[op]
     ctype = cpp_type(dtype)
     itemsize = dispatch.ITEMSIZE[ctype]
-    dev = _device(device)
+    dev = device_index(device)
     pack = dispatch.pack_elements(itemsize, cols, aligned)
     th = thresholds or THRESHOLDS[key]
     cache_key = (op, rows, cols, ctype, pack, dev, th, tier, block)
@@ -440,14 +420,6 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     plan = SoftmaxLaunch(op, choice, name, grid, threads, smem, kernel)
     _PLANS[cache_key] = plan
     return plan
-
-
-def _device(device: int | torch.device | None) -> int:
-    if device is None:
-        return torch.cuda.current_device()
-    if isinstance(device, torch.device):
-        return device.index if device.index is not None else torch.cuda.current_device()
-    return int(device)
 
 
 def _check_rows(t: torch.Tensor, name: str) -> tuple[int, int]:
