@@ -47,6 +47,7 @@ __all__ = [
     "grid_size",
     "kernel_arguments",
     "launch",
+    "launch_grid_stride",
     "load",
     "max_active_blocks_per_sm",
     "set_max_dynamic_shared_memory",
@@ -514,6 +515,12 @@ def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem
             "of dynamic shared memory on this device (occupancy 0)"
         )
     return max(1, min(int(work_blocks), sms * per_sm))
+
+
+def launch_grid_stride(kernel: Kernel, block_threads: int, work_blocks: int, args: Sequence[Any],
+                       device: int | torch.device | None = None) -> None:
+    """Launch a grid-stride kernel (no dynamic shared memory) with `grid_size`'s grid."""
+    launch(kernel, grid_size(kernel, block_threads, work_blocks, device=device), block_threads, args)
 
 
 def set_max_dynamic_shared_memory(kernel: Kernel, nbytes: int, device: int | torch.device | None = None) -> None:

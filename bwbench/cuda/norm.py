@@ -51,6 +51,7 @@ from bwbench.cuda.loader import (
     device_index,
     grid_size,
     launch,
+    launch_grid_stride,
     load,
     max_active_blocks_per_sm,
     set_max_dynamic_shared_memory,
@@ -576,17 +577,22 @@ def _tuned_launch(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block
     return step
 
 
-def _run(x, gamma, beta, eps, out, rms: bool, tier: str | None, block: int | None = None):
-    what = "rms_norm" if rms else "layer_norm"
+def _checked_outputs(x, gamma, beta, out, rms: bool, what: str):
+    """Inputs checked; (outputs, y, mean, rstd) to write, mean None for RMSNorm."""
     _check(x, {"gamma": gamma} if rms else {"gamma": gamma, "beta": beta}, what)
     outputs = _outputs(x, out, rms)
+    mean, rstd = (None, outputs[1]) if rms else (outputs[1], outputs[2])
+    return outputs, outputs[0], mean, rstd
+
+
+def _run(x, gamma, beta, eps, out, rms: bool, tier: str | None, block: int | None = None):
+    what = "rms_norm" if rms else "layer_norm"
+    outputs, y, mean, rstd = _checked_outputs(x, gamma, beta, out, rms, what)
     rows, cols = x.shape
     if rows == 0:
         return outputs
     if rows > 2**31 - 1 or cols > 2**31 - 1:
         raise ValueError(f"{what}: rows and cols must fit in int32, got {tuple(x.shape)}")
-    y = outputs[0]
-    mean, rstd = (None, outputs[1]) if rms else (outputs[1], outputs[2])
     pack = full_pack(cpp_type(x.dtype))
     if cols % pack or not _aligned((x, gamma, beta, y), 16):
         pack = 1
@@ -623,31 +629,25 @@ def rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-5, *, tier: s
 
 def _naive(x, gamma, beta, eps, out, rms: bool):
     what = "naive_rms_norm" if rms else "naive_layer_norm"
-    _check(x, {"gamma": gamma} if rms else {"gamma": gamma, "beta": beta}, what)
-    outputs = _outputs(x, out, rms)
+    outputs, y, mean, rstd = _checked_outputs(x, gamma, beta, out, rms, what)
     rows, cols = x.shape
     if rows == 0:
         return outputs
-    y = outputs[0]
-    mean, rstd = (None, outputs[1]) if rms else (outputs[1], outputs[2])
     ctype = cpp_type(x.dtype)
     device = device_index(x)
     module = load(NAIVE)
     rows_, cols_, eps_ = np.int64(rows), np.int64(cols), np.float32(eps)
 
-    def grid(kernel: Kernel, work_blocks: int) -> int:
-        return grid_size(kernel, NAIVE_BLOCK, work_blocks, device=device)
+    def run(name: str, work_blocks: int, args: tuple) -> None:
+        launch_grid_stride(module.kernel(name), NAIVE_BLOCK, work_blocks, args, device)
 
     if rms:
-        k = module.kernel(f"naive_row_rms<{ctype}>")
-        launch(k, grid(k, rows), NAIVE_BLOCK, (x, rstd, rows_, cols_, eps_))
+        run(f"naive_row_rms<{ctype}>", rows, (x, rstd, rows_, cols_, eps_))
     else:
-        k = module.kernel(f"naive_row_mean<{ctype}>")
-        launch(k, grid(k, rows), NAIVE_BLOCK, (x, mean, rows_, cols_))
-        k = module.kernel(f"naive_row_rstd<{ctype}>")
-        launch(k, grid(k, rows), NAIVE_BLOCK, (x, mean, rstd, rows_, cols_, eps_))
-    k = module.kernel(f"naive_normalize<{ctype}, {_cpp_bool(rms)}>")
-    launch(k, grid(k, -(-rows * cols // NAIVE_BLOCK)), NAIVE_BLOCK, (x, mean, rstd, gamma, beta, y, rows_, cols_))
+        run(f"naive_row_mean<{ctype}>", rows, (x, mean, rows_, cols_))
+        run(f"naive_row_rstd<{ctype}>", rows, (x, mean, rstd, rows_, cols_, eps_))
+    run(f"naive_normalize<{ctype}, {_cpp_bool(rms)}>", -(-rows * cols // NAIVE_BLOCK),
+        (x, mean, rstd, gamma, beta, y, rows_, cols_))
     return outputs
 
 

@@ -24,8 +24,8 @@ from bwbench.cuda.loader import (
     check_matrix,
     cpp_type,
     device_index,
-    grid_size,
     launch,
+    launch_grid_stride,
     load,
     max_active_blocks_per_sm,
     set_max_dynamic_shared_memory,
@@ -46,16 +46,6 @@ NAIVE = KernelSource(
 
 # Threads per block for every naive kernel (the reductions need a multiple of 32).
 NAIVE_BLOCK = 256
-
-
-def _naive_launcher(device: int):
-    """run(kernel, work_blocks, args): a naive kernel at NAIVE_BLOCK threads, its grid capped at
-    what the device keeps resident (the kernels grid-stride)."""
-
-    def run(kernel: Kernel, work_blocks: int, args: tuple) -> None:
-        launch(kernel, grid_size(kernel, NAIVE_BLOCK, work_blocks, device=device), NAIVE_BLOCK, args)
-
-    return run
 
 
 def _naive_out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -84,7 +74,7 @@ def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.
     if n == 0:
         return y
 
-    run = _naive_launcher(device_index(x))
+    device = device_index(x)
     module = load(NAIVE)
     reduce_max = module.kernel(f"naive_reduce_max<{ctype}>")
     broadcast_sub = module.kernel(f"naive_broadcast_sub<{ctype}>")
@@ -98,11 +88,11 @@ def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.
 
     rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
     elementwise = -(-n // NAIVE_BLOCK)
-    run(reduce_max, rows, (x, row_max, rows_, cols_))
-    run(broadcast_sub, elementwise, (x, row_max, tmp, rows_, cols_))
-    run(exp, elementwise, (tmp, n_))
-    run(reduce_sum, rows, (tmp, row_sum, rows_, cols_))
-    run(broadcast_div, elementwise, (tmp, row_sum, y, rows_, cols_))
+    launch_grid_stride(reduce_max, NAIVE_BLOCK, rows, (x, row_max, rows_, cols_), device)
+    launch_grid_stride(broadcast_sub, NAIVE_BLOCK, elementwise, (x, row_max, tmp, rows_, cols_), device)
+    launch_grid_stride(exp, NAIVE_BLOCK, elementwise, (tmp, n_), device)
+    launch_grid_stride(reduce_sum, NAIVE_BLOCK, rows, (tmp, row_sum, rows_, cols_), device)
+    launch_grid_stride(broadcast_div, NAIVE_BLOCK, elementwise, (tmp, row_sum, y, rows_, cols_), device)
     return y
 
 
@@ -135,7 +125,7 @@ def naive_log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> to
     n = rows * cols
     if n == 0:
         return y
-    run = _naive_launcher(device_index(x))
+    device = device_index(x)
     base, family = load(NAIVE), load(FAMILY_NAIVE)
     reduce_max = base.kernel(f"naive_reduce_max<{ctype}>")
     broadcast_sub = base.kernel(f"naive_broadcast_sub<{ctype}>")
@@ -149,11 +139,11 @@ def naive_log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> to
     row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
     rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
     elementwise = -(-n // NAIVE_BLOCK)
-    run(reduce_max, rows, (x, row_max, rows_, cols_))
-    run(broadcast_sub, elementwise, (x, row_max, t, rows_, cols_))
-    run(exp_into, elementwise, (t, e, n_))
-    run(reduce_sum, rows, (e, row_sum, rows_, cols_))
-    run(sub_log, elementwise, (t, row_sum, y, rows_, cols_))
+    launch_grid_stride(reduce_max, NAIVE_BLOCK, rows, (x, row_max, rows_, cols_), device)
+    launch_grid_stride(broadcast_sub, NAIVE_BLOCK, elementwise, (x, row_max, t, rows_, cols_), device)
+    launch_grid_stride(exp_into, NAIVE_BLOCK, elementwise, (t, e, n_), device)
+    launch_grid_stride(reduce_sum, NAIVE_BLOCK, rows, (e, row_sum, rows_, cols_), device)
+    launch_grid_stride(sub_log, NAIVE_BLOCK, elementwise, (t, row_sum, y, rows_, cols_), device)
     return y
 
 
@@ -172,7 +162,7 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     n = rows * cols
     if n == 0:
         return dx
-    run = _naive_launcher(device_index(y))
+    device = device_index(y)
     base, family = load(NAIVE), load(FAMILY_NAIVE)
     mul = family.kernel(f"naive_mul<{ctype}>")
     reduce_sum = base.kernel("naive_reduce_sum")
@@ -184,10 +174,10 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     row_sum = torch.empty(rows, dtype=torch.float32, device=y.device)
     rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
     elementwise = -(-n // NAIVE_BLOCK)
-    run(mul, elementwise, (y, dy, p, n_))
-    run(reduce_sum, rows, (p, row_sum, rows_, cols_))
-    run(sub, elementwise, (dy, row_sum, t, rows_, cols_))
-    run(mul_out, elementwise, (t, y, dx, n_))
+    launch_grid_stride(mul, NAIVE_BLOCK, elementwise, (y, dy, p, n_), device)
+    launch_grid_stride(reduce_sum, NAIVE_BLOCK, rows, (p, row_sum, rows_, cols_), device)
+    launch_grid_stride(sub, NAIVE_BLOCK, elementwise, (dy, row_sum, t, rows_, cols_), device)
+    launch_grid_stride(mul_out, NAIVE_BLOCK, elementwise, (t, y, dx, n_), device)
     return dx
 
 
