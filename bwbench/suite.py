@@ -152,6 +152,16 @@ def pow2(low: int, high: int) -> list[int]:
     return values
 
 
+def compile_per_case(fn: Callable) -> Callable:
+    """torch.compile(fn, dynamic=False) with a fresh dynamo cache: a "compiled" implementation,
+    Triton specialised to this case's shape. Resetting per case keeps a long sweep under
+    dynamo's recompile limit, past which it would silently fall back to eager."""
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
 @dataclass
 class Suite:
     """A benchmark: axes to sweep, dtypes, and the functions that define the experiment."""

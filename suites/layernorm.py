@@ -17,7 +17,7 @@ Tolerances, per output (y, mean, rstd):
 
 import torch
 
-from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, pow2
+from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 Y_MIN_ATOL = 1e-5
 STATS_TOLERANCES = (Tolerance(rtol=1e-5, atol=1e-6), Tolerance(rtol=1e-5, atol=0.0))
@@ -101,7 +101,6 @@ def eager(case):
 @suite.impl("compiled", kind="compiled")
 def compiled(case):
     """torch.compile(dynamic=False) of the torch version: Triton, compiled once per shape."""
-    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
     eps = case.eps
-    fn = torch.compile(lambda x, gamma, beta: _torch_layer_norm(x, gamma, beta, eps), dynamic=False)
+    fn = compile_per_case(lambda x, gamma, beta: _torch_layer_norm(x, gamma, beta, eps))
     return lambda x, gamma, beta, eps: fn(x, gamma, beta)

@@ -13,7 +13,7 @@ own rounding dominates.
 
 import torch
 
-from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, pow2
+from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 suite = Suite(
     "log_softmax",
@@ -70,8 +70,7 @@ def eager(case):
 @suite.impl("compiled", kind="compiled")
 def compiled(case):
     """torch.compile(dynamic=False) of torch.log_softmax: Triton, compiled once per shape."""
-    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
-    return torch.compile(lambda x: torch.log_softmax(x, dim=-1), dynamic=False)
+    return compile_per_case(lambda x: torch.log_softmax(x, dim=-1))
 
 
 @suite.impl("optimized", kind="cuda")

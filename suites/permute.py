@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from bwbench.suite import Suite, Tolerance, Traffic
+from bwbench.suite import Suite, Tolerance, Traffic, compile_per_case
 
 DTYPES = ["float16", "float32", "bfloat16", "int8", "int64"]
 
@@ -115,7 +115,6 @@ def eager(case):
 @suite.impl("compiled", kind="compiled")
 def compiled(case):
     """torch.compile(dynamic=False) of x.permute(perm).contiguous(): Triton, compiled once per shape."""
-    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
     perm = case.perm
-    fn = torch.compile(lambda x: x.permute(perm).contiguous(), dynamic=False)
+    fn = compile_per_case(lambda x: x.permute(perm).contiguous())
     return lambda x, perm: fn(x)

@@ -11,7 +11,7 @@ near 0).
 
 import torch
 
-from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, pow2
+from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 RSTD_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0)
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -98,7 +98,6 @@ def eager(case):
 @suite.impl("compiled", kind="compiled")
 def compiled(case):
     """torch.compile(dynamic=False) of the torch version: Triton, compiled once per shape."""
-    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
     eps = case.eps
-    fn = torch.compile(lambda x, gamma: _torch_rms_norm(x, gamma, eps), dynamic=False)
+    fn = compile_per_case(lambda x, gamma: _torch_rms_norm(x, gamma, eps))
     return lambda x, gamma, eps: fn(x, gamma)

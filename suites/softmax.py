@@ -7,7 +7,7 @@ five-kernel version moves at least four times those bytes and cannot get past a 
 
 import torch
 
-from bwbench.suite import Suite, Traffic, pow2
+from bwbench.suite import Suite, Traffic, compile_per_case, pow2
 
 suite = Suite(
     "softmax",
@@ -62,8 +62,7 @@ def eager(case):
 @suite.impl("compiled", kind="compiled")
 def compiled(case):
     """torch.compile(dynamic=False) of torch.softmax: Triton, compiled once per shape."""
-    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
-    return torch.compile(lambda x: torch.softmax(x, dim=-1), dynamic=False)
+    return compile_per_case(lambda x: torch.softmax(x, dim=-1))
 
 
 @suite.impl("optimized", kind="cuda")

@@ -24,7 +24,7 @@ products and pass the default tolerances; tests/test_softmax_optimized_gpu.py ho
 
 import torch
 
-from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, pow2
+from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 suite = Suite(
     "softmax_backward",
@@ -110,8 +110,7 @@ def eager(case):
 @suite.impl("compiled", kind="compiled")
 def compiled(case):
     """torch.compile(dynamic=False) of torch._softmax_backward_data: Triton, compiled once per shape."""
-    torch._dynamo.reset()  # a fresh cache per case, so no shape falls back to eager past the recompile limit
-    return torch.compile(_torch_backward, dynamic=False)
+    return compile_per_case(_torch_backward)
 
 
 @suite.impl("optimized", kind="cuda")

@@ -195,3 +195,20 @@ def test_a_suite_output_check_replaces_the_reference_comparison():
     suite.check_outputs(lambda case, inputs, outputs: 1 / 0)
     broken = Runner._judge(suite, case, {}, out, ref)
     assert not broken.passed and "ZeroDivisionError" in broken.message
+
+
+def test_every_compiled_implementation_compiles_per_case_with_a_fresh_cache(monkeypatch):
+    """Each suite's `compiled` resets dynamo and compiles once for its case, with static shapes."""
+    import torch
+
+    from bwbench.discovery import get_suite
+
+    events = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic=None: events.append(("compile", dynamic)) or fn)
+    for name in ("softmax", "log_softmax", "softmax_backward", "layernorm", "rmsnorm", "permute"):
+        suite = get_suite(name)
+        case = suite.cases(quick=True)[0]
+        events.clear()
+        fn = suite.implementations["compiled"].build(case)
+        assert callable(fn) and events == ["reset", ("compile", False)], name
