@@ -140,7 +140,7 @@ def run(
     Axis values can be chosen with --NAME VALUES (e.g. --cols 1024,4096 --rows 4096) or --axis NAME=VALUES.
     Results go to OUT/NAME.json (written after every record, so an interrupted run keeps what it measured), OUT/NAME.csv and OUT/NAME.html.
     """
-    from .runner import Runner, RunSettings
+    from .runner import RunSettings
     from .stats import SamplingPolicy
     from .timing import TIMING_MODES
 

@@ -266,7 +266,8 @@ class CudnnSoftmax:
                 f"(each dimension and the element count must be <= {_INT32_MAX})"
             )
         self.rows, self.cols, self.dtype, self.algorithm = int(rows), int(cols), dtype, algorithm
-        self.device = torch.device("cuda", device_index(device))
+        index = device_index(device)
+        self.device = torch.device("cuda", index)
 
         lib = _library()
         for name in ("cudnnSetStream", "cudnnSoftmaxForward", "cudnnSoftmaxBackward"):
@@ -384,7 +385,8 @@ class CudnnBatchNormRelu:
         if n * c * h * w > _INT32_MAX:
             raise CudnnUnavailable(f"shape {shape} does not fit cuDNN's int32 tensor descriptors")
         self.shape, self.dtype, self.eps, self.residual = (n, c, h, w), dtype, float(eps), residual
-        self.device = torch.device("cuda", device_index(device))
+        index = device_index(device)
+        self.device = torch.device("cuda", index)
         lib = _library()
         for name in ("cudnnSetStream", "cudnnBatchNormalizationForwardTrainingEx", "cudnnDeriveBNTensorDescriptor",
                      "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
