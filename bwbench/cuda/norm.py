@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from bwbench.cuda.autotune import cold_launch_us
 from bwbench.cuda.loader import (
     CompiledModule,
     Kernel,
@@ -493,9 +494,6 @@ class _Launch:
     grid: int
 
 
-AUTOTUNE_LAUNCHES = 3
-"""Timed launches per candidate block size when a shape is first seen (the fastest is kept)."""
-
 _PLANS: dict[tuple, tuple[NormPlan, CompiledModule, int]] = {}
 _LAUNCHES: dict[tuple, _Launch] = {}
 
@@ -543,18 +541,10 @@ def chosen_launch(x: torch.Tensor, rms: bool, tier: str | None = None, block: in
     return _LAUNCHES.get(_launch_key(x, rms, pack, tier, block)) or _LAUNCHES.get(_launch_key(x, rms, 1, tier, block))
 
 
-def _time_us(step: _Launch, args: tuple) -> float:
-    """Fastest of AUTOTUNE_LAUNCHES launches (CUDA events, after one warm-up)."""
-    launch(step.kernel, step.grid, step.plan.block, args, shared_mem=step.plan.smem_bytes)
-    times = []
-    for _ in range(AUTOTUNE_LAUNCHES):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch(step.kernel, step.grid, step.plan.block, args, shared_mem=step.plan.smem_bytes)
-        end.record()
-        times.append((start, end))
-    torch.cuda.synchronize()
-    return min(s.elapsed_time(e) for s, e in times) * 1000.0
+def _time_us(step: _Launch, args: tuple, device: int) -> float:
+    """One candidate's first-use time: cold in L2, as `bwbench run` measures it."""
+    return cold_launch_us(
+        lambda: launch(step.kernel, step.grid, step.plan.block, args, shared_mem=step.plan.smem_bytes), device)
 
 
 def _tuned_launch(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block: int | None, args: tuple) -> _Launch:
@@ -572,7 +562,7 @@ def _tuned_launch(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block
         if torch.cuda.is_current_stream_capturing():
             return step
         options = [_launch_of(c, module, device, x.shape[0]) for c in chosen.candidates]
-        step = min(options, key=lambda option: _time_us(option, args))
+        step = min(options, key=lambda option: _time_us(option, args, device))
     _LAUNCHES[key] = step
     return step
 
