@@ -309,13 +309,6 @@ ones leaves SMs idle. Half rows of a 32-element tile are only 64 bytes, so float
 tiny problems. Measured on an H200 (notes/permute.md)."""
 
 
-TUNING_TILE_CONFIGS: tuple[TileConfig, ...] = tuple(
-    TileConfig(size, vr, vw, 64, threads) for size, vr, vw in ((2, 4, 4), (2, 1, 4), (4, 2, 2)) for threads in (128, 512))
-"""Other block sizes of the large tiles, compiled (int32 indices only) so that a GPU session can
-time them against the 256-thread kernels (`scripts/permute_configs.py`); the planner does not pick
-them."""
-
-
 def compiled_tile_configs() -> list[TileConfig]:
     """Every tiled configuration the launcher compiles (the planner only picks among these)."""
     configs = [TileConfig(size, vr, vw, side) for size, vecs in TILE_VECS.items() for side in TILE_SIDES[size]

@@ -12,7 +12,7 @@ import sys
 import torch
 
 from bwbench.cuda import permute as launcher
-from bwbench.permute_plan import TUNING_TILE_CONFIGS, TilePlan, compiled_tile_configs
+from bwbench.permute_plan import TilePlan, compiled_tile_configs
 from bwbench.stats import SamplingPolicy
 from bwbench.timing import Timer
 
@@ -38,10 +38,8 @@ def main(cases) -> None:
         copy = timer.cold(lambda: copy_dst.copy_(copy_src)).stats.median_us
         chosen = launcher.plan_for(x, perm, out).kernel
         rows = []
-        configs = [c for c in (*compiled_tile_configs(), *TUNING_TILE_CONFIGS) if c.itemsize == x.element_size()]
+        configs = [c for c in compiled_tile_configs() if c.itemsize == x.element_size()]
         for config in configs if isinstance(chosen, TilePlan) else [None]:
-            if config in TUNING_TILE_CONFIGS and chosen.index != "int32":
-                continue  # compiled with int32 indices only
             try:
                 launcher.permute(x, perm, out=out.fill_(0), config=config)
             except ValueError:

@@ -28,7 +28,6 @@ from bwbench.permute_plan import (
     GatherPlan,
     PermuteError,
     PermutePlan,
-    TUNING_TILE_CONFIGS,
     TileConfig,
     TilePlan,
     check_permutation,
@@ -69,7 +68,6 @@ OPTIMIZED = KernelSource(
         *(gather_kernel_name(b, i) for b in GATHER_BYTES for i in _INDEX_CPP),
         *(gather_kernel_name(16, "int32", c) for c in TUNING_GATHER_CONFIGS if c != GATHER_CONFIG),
         *(tiled_kernel_name(c, i) for c in compiled_tile_configs() for i in _INDEX_CPP),
-        *(tiled_kernel_name(c, "int32") for c in TUNING_TILE_CONFIGS),
     ),
 )
 
