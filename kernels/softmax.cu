@@ -355,7 +355,10 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
 }
 
 // =============================================================================================
-// Backward, warp tier: y and dy live in registers between the reduction and the store.
+// Backward, warp tier: y and dy live in registers between the reduction and the store, in their
+// storage type (raw 16-byte packs), converted to float once for the sum and again for dx. Held as
+// floats they took twice the registers for half and bfloat16: at 512 columns the raw packs ran
+// 13% faster on an H200 (more warps resident), 2-6% at 128-256 (scripts/experiments, notes/softmax.md).
 // =============================================================================================
 
 template <typename T, int Algo, int P, int NP, int G, int R>
@@ -363,12 +366,11 @@ __global__ void __launch_bounds__(BW_SOFTMAX_WARP_BLOCK)
 softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
                   T* __restrict__ dx, i64 dx_stride, i64 rows, int cols) {
     static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G: a power of two up to 32");
-    constexpr int C = P * NP;
     typedef Pack<T, P> PackT;
     GroupRows<G, R> walk;
     for (; walk.first < rows; walk.first += walk.step) {
-        float buf_y[R][C];
-        float buf_dy[R][C];
+        PackT buf_y[R][NP];
+        PackT buf_dy[R][NP];
         float row_sum[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -376,23 +378,29 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             const bool live = row < rows;
             const PackT* yr = bw::smx::row_packs<T, P>(y, live ? row : 0, y_stride);
             const PackT* dyr = bw::smx::row_packs<T, P>(dy, live ? row : 0, dy_stride);
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+                const int pack = p * G + walk.lane;
+                if (live && pack * P < cols) {
+                    buf_y[r][p] = yr[pack];
+                    buf_dy[r][p] = dyr[pack];
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const i64 row = walk.first + walk.offset + r;
+            const bool live = row < rows;
             row_sum[r] = 0.0f;
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                float fy[P], fdy[P];
                 if (live && pack * P < cols) {
-                    bw::smx::unpack(yr[pack], fy);
-                    bw::smx::unpack(dyr[pack], fdy);
-                } else {
+                    float fy[P], fdy[P];
+                    bw::smx::unpack(buf_y[r][p], fy);
+                    bw::smx::unpack(buf_dy[r][p], fdy);
 #pragma unroll
-                    for (int i = 0; i < P; ++i) fy[i] = fdy[i] = 0.0f;
-                }
-#pragma unroll
-                for (int i = 0; i < P; ++i) {
-                    buf_y[r][p * P + i] = fy[i];
-                    buf_dy[r][p * P + i] = fdy[i];
-                    row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
+                    for (int i = 0; i < P; ++i) row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
                 }
             }
         }
@@ -406,11 +414,11 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
                 if (pack * P < cols) {
-                    float f[P];
+                    float fy[P], fdy[P], f[P];
+                    bw::smx::unpack(buf_y[r][p], fy);
+                    bw::smx::unpack(buf_dy[r][p], fdy);
 #pragma unroll
-                    for (int i = 0; i < P; ++i) {
-                        f[i] = Backward<Algo, T>::apply(buf_y[r][p * P + i], buf_dy[r][p * P + i], row_sum[r]);
-                    }
+                    for (int i = 0; i < P; ++i) f[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum[r]);
                     dxr[pack] = bw::smx::pack_from<T, P>(f);
                 }
             }
