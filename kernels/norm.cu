@@ -162,24 +162,26 @@ __device__ __forceinline__ void to_floats(const bw::Pack<T, N>& p, float* f) {
     for (int j = 0; j < N; ++j) f[j] = bw::to_float(p.v[j]);
 }
 
-// Narrowing a pack of floats: two elements per instruction for the 16-bit types on sm_80+
-// (cvt.rn.{f16,bf16}x2.f32 rounds to nearest even, exactly as one cvt per element does).
+// Narrowing a pack of floats and storing it as one access. For the 16-bit types on sm_80+ two
+// elements per instruction (cvt.rn.{f16,bf16}x2.f32 rounds to nearest even, exactly as one cvt per
+// element does), and the pack is stored as the 32-bit words the conversions produce: built as a
+// Pack<T, N> first, it was stored as N 2-byte stores in norm_block (the compiler split the copy).
 template <typename T>
 struct Narrow {
     template <int N>
-    static __device__ __forceinline__ void run(const float (&f)[N], bw::Pack<T, N>& p) {
+    static __device__ __forceinline__ void store(const float (&f)[N], T* dst) {
+        bw::Pack<T, N> p;
 #pragma unroll
         for (int j = 0; j < N; ++j) p.v[j] = bw::from_float<T>(f[j]);
+        *reinterpret_cast<bw::Pack<T, N>*>(dst) = p;
     }
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 template <typename T, int kIsHalf>
 struct NarrowPairs {
-    // Builds the pack as 32-bit words (two elements each), so no shifts or byte permutes are
-    // needed between the conversion and the store.
     template <int N>
-    static __device__ __forceinline__ void run(const float (&f)[N], bw::Pack<T, N>& p) {
+    static __device__ __forceinline__ void store(const float (&f)[N], T* dst) {
         if constexpr (N % 2 == 0) {
             bw::Pack<unsigned int, N / 2> words;
 #pragma unroll
@@ -192,10 +194,12 @@ struct NarrowPairs {
                 }
                 words.v[j / 2] = r;
             }
-            p = *reinterpret_cast<const bw::Pack<T, N>*>(&words);
+            *reinterpret_cast<bw::Pack<unsigned int, N / 2>*>(dst) = words;
         } else {
+            bw::Pack<T, N> p;
 #pragma unroll
             for (int j = 0; j < N; ++j) p.v[j] = bw::from_float<T>(f[j]);
+            *reinterpret_cast<bw::Pack<T, N>*>(dst) = p;
         }
     }
 };
@@ -232,9 +236,7 @@ __device__ __forceinline__ void store_normalized(T* dst, const float* v, float a
             out[j] = fmaf(fmaf(v[j], a, c), g[j], b[j]);
         }
     }
-    bw::Pack<T, N> p;
-    Narrow<T>::run(out, p);
-    *reinterpret_cast<bw::Pack<T, N>*>(dst) = p;
+    Narrow<T>::template store<N>(out, dst);
 }
 
 // Asynchronous 16-byte copy global -> shared (sm_80+): the data bypasses the registers, so a

@@ -113,6 +113,64 @@ def test_kernels_compile_without_spills(source: KernelSource, arch: str, tmp_pat
     ) + f"\n\nfull ptxas output:\n{output}"
 
 
+
+PACKED_FILES = ("norm.cu", "softmax.cu")
+"""Kernel files whose half-precision, 8-element (16-byte) instantiations must move x and y in
+16-byte accesses: `<half_t, _, 8, ...>` in both files' template order."""
+
+
+def _sixteen_byte_half_kernels(filename: str) -> list[str]:
+    names = set()
+    for source in SOURCES:
+        if source.filename == filename:
+            for name in source.name_expressions:
+                args = [a.strip() for a in name.split("<", 1)[1].rstrip(">").split(",")]
+                if len(args) > 2 and args[0] == "half_t" and args[2] == "8":
+                    names.add(name)
+    return sorted(names)
+
+
+def global_scalar_halves(ptx: str) -> dict[str, tuple[int, int]]:
+    """Per entry function of a PTX text: (2-byte global loads, 2-byte global stores)."""
+    counts: dict[str, list[int]] = {}
+    entry = None
+    for line in ptx.splitlines():
+        found = re.match(r"\.visible \.entry (\S+?)\(", line)
+        if found:
+            entry = found.group(1)
+            counts[entry] = [0, 0]
+            continue
+        access = re.search(r"\b(ld|st)\.global(?:\.nc)?\.(?:u16|b16|s16|f16|bf16)\b", line)
+        if access and entry is not None:
+            counts[entry][0 if access.group(1) == "ld" else 1] += 1
+    return {name: (loads, stores) for name, (loads, stores) in counts.items()}
+
+
+def test_global_scalar_halves_counts_per_entry() -> None:
+    ptx = (".visible .entry _Z1aPKs(\n ld.global.nc.u16 %rs1, [%rd1];\n st.global.v4.u32 [%rd2], {%r1, %r2, %r3, %r4};\n"
+           ".visible .entry _Z1bPKs(\n ld.global.nc.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1];\n st.global.u16 [%rd2], %rs1;\n")
+    assert global_scalar_halves(ptx) == {"_Z1aPKs": (1, 0), "_Z1bPKs": (0, 1)}
+
+
+@pytest.mark.parametrize("filename", PACKED_FILES)
+def test_sixteen_byte_packs_compile_to_wide_accesses(filename: str, tmp_path: Path) -> None:
+    """A Pack<T, 8> copied through a reference or a local struct can be split by the compiler into
+    eight 2-byte accesses (softmax_warp's loads and norm_block's stores once were). The one 2-byte
+    load allowed is LayerNorm's row shift K = x[row, 0]."""
+    nvcc = _nvcc()
+    names = _sixteen_byte_half_kernels(filename)
+    assert names, f"no 16-byte half instantiations declared for {filename}"
+    wrapper = tmp_path / "packs.cu"
+    wrapper.write_text(_wrapper(KernelSource(filename, names)))
+    cmd = [nvcc, "-std=c++17", "--ptx", "-ftz=true", "-arch=sm_90", f"-I{kernels_dir()}",
+           "-o", str(tmp_path / "out.ptx"), str(wrapper)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = global_scalar_halves((tmp_path / "out.ptx").read_text())
+    assert len(counts) >= len(names)
+    scalar = {name: c for name, c in counts.items() if c[0] > 1 or c[1] > 0}
+    assert not scalar, f"{filename}: 2-byte global (loads, stores) in 16-byte pack kernels: {scalar}"
+
 def _nvrtc():
     try:
         from cupy.cuda import nvrtc

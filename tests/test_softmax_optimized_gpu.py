@@ -214,6 +214,7 @@ def test_auto_dispatch_reaches_every_tier():
         assert t(3, 1, torch.float32, op) == "warp"
         assert t(49152, 512, torch.float16, op) == "warp"
         assert t(8, 501, torch.bfloat16, op) == "warp"
+        assert t(49152, 1024, torch.float16, op) == "warp"
         assert t(8, 4097, torch.float16, op) == "smem"
         assert t(8, 4096, torch.float32, op) == "smem"
         # 65535 float32 values (256 KiB; twice that for y and dy) fit no GPU's shared memory

@@ -206,8 +206,10 @@ DEFAULT_THRESHOLDS = {
     #   one-pass (m, d) merge beats three passes in the block tiers from cols 4096 (94% vs 91% at
     #   4096, 89% vs 73% at 32768); one row per access beats the article's two in groups under a
     #   warp (cols 32: 94% vs 82%) and in full warps (cols 256: 90% vs 86%).
-    #   backward: y and dy in registers lose to the shared-memory block from cols 1024 (85% vs 90%);
-    #   one row per access again (cols 32: 91% vs 75%).
+    #   backward: y and dy in registers up to cols 1024. Held as floats (and loaded two bytes at a
+    #   time) they lost to the shared-memory block at 1024 (85% vs 90%); as raw 16-byte packs they
+    #   win there (2026-11-22: half 4348 vs 3815 GB/s, bfloat16 4346 vs 3758; float32, whose
+    #   registers did not change, 4345 vs 4395). One row per access again (cols 32: 91% vs 75%).
     #   both: the block size that keeps the most threads resident (cols 32768 forward: 93% vs 89%
     #   with OneFlow's rule; backward 8192: 102% vs 97%).
     #   forward, registers tier (2026-11-22, scripts/softmax_tune.py --only auto,registers): it wins
@@ -217,7 +219,7 @@ DEFAULT_THRESHOLDS = {
     "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
                                    block_rule="threads", uncached_packs_per_thread=8,
                                    registers_max_packs=512, registers_below_smem_blocks=2),
-    "backward": dispatch.Thresholds(warp_max_cols=512, small_group_rows=1, full_warp_rows=1, block_rule="threads",
+    "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
                                     uncached_packs_per_thread=2),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
 }

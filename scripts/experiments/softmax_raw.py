@@ -1,7 +1,6 @@
-"""Experiment: the forward warp tier with x held as raw 16-byte packs (softmax_raw.cu) against the
-shipped kernel (floats), same grid and block, cold-timed with bwbench's Timer after a check against
-float64. (The same experiment for the backward, y and dy as raw packs, won and is what
-kernels/softmax.cu ships.)
+"""Experiment: the shipped warp tiers (16-bit rows held as raw 16-byte packs) against the same
+tiers holding the row as floats (softmax_raw.cu; both with 16-byte loads), same grid and block,
+cold-timed with bwbench's Timer after a check against float64.
 
 Usage: python3 scripts/experiments/softmax_raw.py [COLS ...]   (rows 49152, float16 and bfloat16)
 """
@@ -23,44 +22,56 @@ ROWS = 49152
 HERE = Path(__file__).resolve().parent
 
 
+def reference(op: str, x: torch.Tensor, dy: torch.Tensor | None) -> torch.Tensor:
+    xd = x.double()
+    if op == "softmax":
+        return torch.softmax(xd, -1)
+    if op == "log_softmax":
+        return torch.log_softmax(xd, -1)
+    dyd = dy.double()
+    if op == "log_softmax_backward":
+        return dyd - xd.exp() * dyd.sum(-1, keepdim=True)
+    return xd * (dyd - (xd * dyd).sum(-1, keepdim=True))
+
+
 def main(cols_list):
-    props = torch.cuda.get_device_properties(0)
-    timer = Timer(torch.device("cuda"), props.L2_cache_size, None, SamplingPolicy(min_samples=30, max_seconds=0.5))
+    timer = Timer(torch.device("cuda"), torch.cuda.get_device_properties(0).L2_cache_size, None,
+                  SamplingPolicy(min_samples=30, max_seconds=0.5))
     folder = Path(tempfile.mkdtemp())
     for f in loader.kernels_dir().iterdir():
         shutil.copy(f, folder)
     shutil.copy(HERE / "softmax_raw.cu", folder)
     print(torch.cuda.get_device_name(0))
-    for op in ("softmax", "log_softmax"):
+    for op in ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward"):
+        backward = op.endswith("backward")
         for dtype in (torch.float16, torch.bfloat16):
             for cols in cols_list:
-                plan = s.plan_launch(op, ROWS, cols, dtype)
-                if plan.tier != "warp":
+                plan = s.plan_launch(op, ROWS, cols, dtype, tier="warp") if cols <= (1024 if backward else 2048) else None
+                if plan is None:
                     continue
-                raw_name = plan.kernel_name.replace("softmax_warp<", "softmax_warp_raw<")
-                module = loader.load(loader.KernelSource("softmax_raw.cu", (raw_name,)), folder)
-                kernel = module.kernel(raw_name)
+                twin = plan.kernel_name.replace("warp<", "warp_floats<")
+                kernel = loader.load(loader.KernelSource("softmax_raw.cu", (twin,)), folder).kernel(twin)
                 x = (torch.randn(ROWS, cols, device="cuda") * 3).to(dtype)
-                ref = torch.log_softmax(x.double(), -1) if op == "log_softmax" else torch.softmax(x.double(), -1)
-                y = torch.full_like(x, float("nan"))
+                dy = None
+                if backward:
+                    x = (torch.log_softmax if op.startswith("log") else torch.softmax)(x.float(), -1).to(dtype)
+                    dy = torch.randn(ROWS, cols, device="cuda").to(dtype)
+                ref = reference(op, x, dy)
+                out = torch.empty_like(x)
                 stride = np.int64(cols)
-                args = (x, stride, y, stride, np.int64(ROWS), np.int32(cols))
-
-                def shipped():
-                    loader.launch(plan.kernel, plan.grid, plan.block, args)
-
-                def raw():
-                    loader.launch(kernel, plan.grid, plan.block, args)
-
-                nbytes = 2 * x.numel() * x.element_size()
-                line = f"{op:21s} {str(dtype)[6:]:8s} cols={cols:5d} {plan.kernel_name:50s}"
-                for label, fn in (("float", shipped), ("raw", raw)):
-                    y.fill_(float("nan"))
-                    fn()
+                args = ((x, stride, dy, stride, out, stride) if backward else (x, stride, out, stride)) + \
+                    (np.int64(ROWS), np.int32(cols))
+                nbytes = (3 if backward else 2) * x.numel() * x.element_size()
+                line = f"{op:21s} {str(dtype)[6:]:8s} cols={cols:5d} {plan.kernel_name[:52]:52s}"
+                for label, k in (("shipped", plan.kernel), ("floats", kernel)):
+                    def run(k=k):
+                        loader.launch(k, plan.grid, plan.block, args)
+                    out.fill_(float("nan"))
+                    run()
                     torch.cuda.synchronize()
-                    err = (y.double() - ref).abs().max().item()
-                    us = timer.cold(fn).stats.median_us
-                    line += f" | {label} {us:7.1f} us {nbytes / us / 1e3:5.0f} GB/s err {err:.1e}"
+                    err = (out.double() - ref).abs().max().item()
+                    us = timer.cold(run).stats.median_us
+                    line += f" | {label} {us:6.1f} us {nbytes / us / 1e3:5.0f} GB/s err {err:.0e}"
                 print(line, flush=True)
 
 
