@@ -66,10 +66,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
              int cols) {
     static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G: a power of two up to 32");
     constexpr int C = P * NP;
-    // 16-bit rows of two or more 16-byte packs a lane stay in registers as raw packs: half the registers
-    // of floats, so more warps resident, for one more conversion an element and, for softmax, a
-    // second exp in the store (H200, half and bfloat16, 512-2048 columns: 3-6% faster). Other rows
-    // are held as floats that pass 2 turns into exp(x - m) (softmax) or x - m (log-softmax).
+    // 16-bit rows of two or more 16-byte packs a lane stay in registers as raw packs: half the
+    // registers of floats, for one more conversion an element and, for softmax, a second exp in
+    // the store. Against floats with the same 16-byte loads (H200): even at 128-1024 columns, 1-6%
+    // faster at 2048. Other rows are held as floats that pass 2 turns into exp(x - m) (softmax) or
+    // x - m (log-softmax). Each pack is loaded by value: reading it through the row pointer let the
+    // compiler split it into 2-byte loads.
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
     typedef Pack<T, P> PackT;
     GroupRows<G, R> walk;
@@ -383,9 +385,10 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
 
 // =============================================================================================
 // Backward, warp tier: y and dy live in registers between the reduction and the store, in their
-// storage type (raw 16-byte packs), converted to float once for the sum and again for dx. Held as
-// floats they took twice the registers for half and bfloat16: at 512 columns the raw packs ran
-// 13% faster on an H200 (more warps resident), 2-6% at 128-256 (scripts/experiments, notes/softmax.md).
+// storage type (raw 16-byte packs), converted to float once for the sum and again for dx: half
+// the registers of floats for half and bfloat16. Against floats with the same 16-byte loads
+// (H200): even for half, bfloat16 3% faster at 512 columns and 14% at 1024
+// (scripts/experiments/softmax_raw.py, notes/softmax.md).
 // =============================================================================================
 
 template <typename T, int Algo, int P, int NP, int G, int R>
