@@ -388,7 +388,7 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
 // storage type (raw 16-byte packs), converted to float once for the sum and again for dx: half
 // the registers of floats for half and bfloat16. Against floats with the same 16-byte loads
 // (H200): even for half, bfloat16 3% faster at 512 columns and 14% at 1024
-// (scripts/experiments/softmax_raw.py, notes/softmax.md).
+// (notes/softmax.md; the experiment script is in commit e78095e).
 // =============================================================================================
 
 template <typename T, int Algo, int P, int NP, int G, int R>
