@@ -185,9 +185,11 @@ def warp_configs(ctype: str) -> tuple[WarpConfig, ...]:
 
 FOUR_PACK_WIDTHS = (8, 16, 32)
 """Lanes per row of the four-packs-a-lane alternatives (17 ... 128 packs a row: half 256-1024).
-Not 4 lanes (16 packs, half 128 cols): there the first-use timing, hot in L2 at ~10 us a launch,
-once kept a four-pack plan that ran at 73-85% of copy cold, against 88-96% for two packs
-(reference runs of ff215c9, H100 LayerNorm and H200 RMSNorm)."""
+Not 4 lanes (16 packs, half 128 cols): the four-pack plan ran there at 73-85% of copy in
+`bwbench run`, against 88-96% for two packs (reference runs of ff215c9, H100 LayerNorm and H200
+RMSNorm). The first-use timing of that time, hot in L2, had kept it; the timing is cold now
+(bwbench/cuda/autotune.py), but the plan is not offered again until a GPU run shows the cold
+timing rejects it."""
 
 
 def _four_pack_configs(ctype: str) -> list[WarpConfig]:
