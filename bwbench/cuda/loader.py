@@ -232,8 +232,8 @@ class Kernel:
         return f"<Kernel {self.name} from {self.module.source.filename}>"
 
     def __call__(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
-                 shared_mem: int = 0) -> None:
-        launch(self, grid, block, args, shared_mem=shared_mem)
+                 shared_mem: int = 0, cooperative: bool = False) -> None:
+        launch(self, grid, block, args, shared_mem=shared_mem, cooperative=cooperative)
 
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """CUDA function attributes (num_regs, local_size_bytes, ...) on a device."""
@@ -458,8 +458,12 @@ def _cupy_stream(cupy: Any, ptr: int, device: int) -> Any:
 
 
 def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
-           shared_mem: int = 0) -> None:
+           shared_mem: int = 0, cooperative: bool = False) -> None:
     """Launch `kernel` on PyTorch's current stream of the tensors' device (asynchronous).
+
+    cooperative: launch with cuLaunchCooperativeKernel, which guarantees that every block of the
+    grid is resident at once (so blocks may wait for each other) and fails, rather than hangs,
+    when the grid is larger than the GPU holds.
 
     Safe inside `torch.cuda.graph(...)` capture: it only enqueues the launch on the capturing
     stream. Launch it once outside capture first (as PyTorch's warm-up does anyway), so that
@@ -476,7 +480,17 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     with cupy.cuda.Device(device):
         kernel._prepare(device)
         with _cupy_stream(cupy, stream_ptr, device):
-            kernel.raw(grid_dims, block_dims, tuple(packed), shared_mem=int(shared_mem))
+            if cooperative:
+                blocks = int(np.prod(grid_dims))
+                resident = max_active_blocks_per_sm(kernel, int(np.prod(block_dims)), int(shared_mem), device) * \
+                    torch.cuda.get_device_properties(device).multi_processor_count
+                if blocks > resident:  # CuPy would shrink a 1-D grid with a warning: refuse instead
+                    raise ValueError(f"cooperative launch of {kernel.name}: {blocks} blocks, but only {resident} "
+                                     "can be resident at once")
+                kernel.raw.kernel(grid_dims, block_dims, tuple(packed), shared_mem=int(shared_mem),
+                                  enable_cooperative_groups=True)
+            else:
+                kernel.raw(grid_dims, block_dims, tuple(packed), shared_mem=int(shared_mem))
 
 
 # ----------------------------------------------------------------------------------------------
