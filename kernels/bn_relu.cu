@@ -5,7 +5,8 @@
 // NHWC (x is (M, C) with M = N * HW rows, the channel is the fastest dimension). The mask is over
 // the tensor's memory order, in bitmask.cuh's format (element i: bit i % 32 of word i / 32).
 //
-// Forward, three kernels (x is read twice; the byte model says so):
+// Forward, three kernels (x is read twice; the byte model says so), or the one-launch form of the
+// same passes at the end of this file:
 //   bn_stats_{nchw,nhwc}    per (split, channel) partial statistics of x, written to a workspace;
 //   bn_stats_finalize       per channel: merge the partials -> mean, invstd (saved, float32);
 //   bn_relu_apply           y = relu((x - mean) * invstd * gamma + beta [+ z]) and the mask words.
@@ -128,36 +129,74 @@ __device__ __forceinline__ unsigned mask_bit(const unsigned char* __restrict__ m
 // sum g * (x - mean)), indexed [s * C + c].
 // ---------------------------------------------------------------------------------------------
 
+// Memory offset of element j of channel c's N * HW elements (plane j / HW, offset j % HW).
+__device__ __forceinline__ int nchw_offset(int j, int c, int C, int HW) {
+    const int plane = j / HW;
+    return (plane * C + c) * HW + (j - plane * HW);
+}
+
+// Block (c, s) of a (C, S) grid: channel c's Welford state over its share of the channel (thread 0
+// gets the block's total). Shared by bn_stats_nchw and the fused forward.
 template <typename T, int V, bool Vec>
-__global__ void bn_stats_nchw(const T* __restrict__ x, float* __restrict__ ws, int C, int HW, int per_channel) {
-    const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+__device__ __forceinline__ Stat nchw_block_stats(const T* __restrict__ x, int c, int s, int S, int C, int HW,
+                                                 int per_channel) {
     const float shift = bw::to_float(x[static_cast<i64>(c) * HW]);
     float s1 = 0.0f, s2 = 0.0f;
-    int count = 0;
-    for (int j = (s * kBlock + threadIdx.x) * V; j < per_channel; j += S * kBlock * V) {
-        const int plane = j / HW;
-        const int off = (plane * C + c) * HW + (j - plane * HW);
-        float f[V];
-        load_floats<T, V, Vec>(x, off, f);
+    auto add = [&](const float (&f)[V]) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             const float d = f[k] - shift;
             s1 += d;
             s2 = fmaf(d, d, s2);
         }
+    };
+    const int step = S * kBlock * V;
+    int j = (s * kBlock + threadIdx.x) * V, count = 0;
+    for (; j + step < per_channel; j += 2 * step) {  // two loads in flight before either is used
+        float f0[V], f1[V];
+        load_floats<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0);
+        load_floats<T, V, Vec>(x, nchw_offset(j + step, c, C, HW), f1);
+        add(f0);
+        add(f1);
+        count += 2 * V;
+    }
+    if (j < per_channel) {
+        float f0[V];
+        load_floats<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0);
+        add(f0);
         count += V;
     }
-    const Stat t = block_merge(from_sums(static_cast<float>(count), s1, s2), 1);
-    if (threadIdx.x == 0) {
-        const int at = s * C + c, stride = S * C;
-        ws[at] = t.n;
-        ws[at + stride] = t.mean;
-        ws[at + 2 * stride] = t.m2;
-    }
+    return block_merge(from_sums(static_cast<float>(count), s1, s2), 1);
+}
+
+__device__ __forceinline__ float invstd_of(const Stat& t, float eps) {
+    return 1.0f / sqrtf(t.m2 / fmaxf(t.n, 1.0f) + eps);
+}
+
+__device__ __forceinline__ void store_partial(float* __restrict__ ws, int s, int S, int C, int c, const Stat& t) {
+    const int at = s * C + c, stride = S * C;
+    ws[at] = t.n;
+    ws[at + stride] = t.mean;
+    ws[at + 2 * stride] = t.m2;
+}
+
+__device__ __forceinline__ Stat load_partial(const float* __restrict__ ws, int s, int S, int C, int c) {
+    const int at = s * C + c, stride = S * C;
+    return Stat{__ldcg(ws + at), __ldcg(ws + at + stride), __ldcg(ws + at + 2 * stride)};
 }
 
 template <typename T, int V, bool Vec>
-__global__ void bn_stats_nhwc(const T* __restrict__ x, float* __restrict__ ws, int rows, int C, int tx_threads) {
+__global__ void bn_stats_nchw(const T* __restrict__ x, float* __restrict__ ws, int C, int HW, int per_channel) {
+    const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+    const Stat t = nchw_block_stats<T, V, Vec>(x, c, s, S, C, HW, per_channel);
+    if (threadIdx.x == 0) store_partial(ws, s, S, C, c, t);
+}
+
+// Block (tile, s) of a (tiles, S) grid: the Welford states of its tile's channels over its rows,
+// written to ws. Shared by bn_stats_nhwc and the fused forward.
+template <typename T, int V, bool Vec>
+__device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float* __restrict__ ws, int rows, int C,
+                                                 int tx_threads) {
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
     const int s = blockIdx.y, S = gridDim.y;
@@ -170,16 +209,29 @@ __global__ void bn_stats_nhwc(const T* __restrict__ x, float* __restrict__ ws, i
         s2[k] = 0.0f;
     }
     int count = 0;
-    if (active) {
-        for (int r = s * ty_threads + ty; r < rows; r += S * ty_threads) {
-            float f[V];
-            load_floats<T, V, Vec>(x, r * C + c0, f);
+    auto add = [&](const float (&f)[V]) {
 #pragma unroll
-            for (int k = 0; k < V; ++k) {
-                const float d = f[k] - shift[k];
-                s1[k] += d;
-                s2[k] = fmaf(d, d, s2[k]);
-            }
+        for (int k = 0; k < V; ++k) {
+            const float d = f[k] - shift[k];
+            s1[k] += d;
+            s2[k] = fmaf(d, d, s2[k]);
+        }
+    };
+    if (active) {
+        const int step = S * ty_threads;
+        int r = s * ty_threads + ty;
+        for (; r + step < rows; r += 2 * step) {  // two loads in flight before either is used
+            float f0[V], f1[V];
+            load_floats<T, V, Vec>(x, r * C + c0, f0);
+            load_floats<T, V, Vec>(x, (r + step) * C + c0, f1);
+            add(f0);
+            add(f1);
+            count += 2;
+        }
+        if (r < rows) {
+            float f0[V];
+            load_floats<T, V, Vec>(x, r * C + c0, f0);
+            add(f0);
             ++count;
         }
     }
@@ -187,13 +239,13 @@ __global__ void bn_stats_nhwc(const T* __restrict__ x, float* __restrict__ ws, i
     for (int k = 0; k < V; ++k) {
         const Stat t = block_merge(from_sums(static_cast<float>(count), s1[k], s2[k]), tx_threads);
         const int c = (blockIdx.x * tx_threads + static_cast<int>(threadIdx.x)) * V + k;
-        if (static_cast<int>(threadIdx.x) < tx_threads && c < C) {
-            const int at = s * C + c, stride = S * C;
-            ws[at] = t.n;
-            ws[at + stride] = t.mean;
-            ws[at + 2 * stride] = t.m2;
-        }
+        if (static_cast<int>(threadIdx.x) < tx_threads && c < C) store_partial(ws, s, S, C, c, t);
     }
+}
+
+template <typename T, int V, bool Vec>
+__global__ void bn_stats_nhwc(const T* __restrict__ x, float* __restrict__ ws, int rows, int C, int tx_threads) {
+    nhwc_block_stats<T, V, Vec>(x, ws, rows, C, tx_threads);
 }
 
 // V elements of dy and x at `off`, dy zeroed where the mask bit is 0: the gradient through the
@@ -214,35 +266,54 @@ __device__ __forceinline__ void load_masked_grad(const T* __restrict__ dy, const
     for (int k = 0; k < V; ++k) g[k] = (bits >> k) & 1u ? g[k] : 0.0f;
 }
 
-// Partial sums of g and g * (x - mean) for the backward; same walks as the statistics.
+// Partial sums of g and g * (x - mean) for the backward; same walks as the statistics. Thread 0
+// gets the block's (sum g, sum g * (x - mean)) of channel c.
 template <typename T, int V, bool Vec>
-__global__ void bn_grad_nchw(const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
-                             const float* __restrict__ mean, float* __restrict__ ws, int C, int HW, int per_channel) {
-    const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
-    const float mu = mean[c];
+__device__ __forceinline__ float2 nchw_block_grad(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
+                                                  int mask_bytes, const T* __restrict__ x, float mu, int c, int s,
+                                                  int S, int C, int HW, int per_channel) {
     float sg = 0.0f, sgx = 0.0f;
-    for (int j = (s * kBlock + threadIdx.x) * V; j < per_channel; j += S * kBlock * V) {
-        const int plane = j / HW;
-        const int off = (plane * C + c) * HW + (j - plane * HW);
-        float g[V], f[V];
-        load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, off, g, f);
+    auto add = [&](const float (&g)[V], const float (&f)[V]) {
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             sg += g[k];
             sgx = fmaf(g[k], f[k] - mu, sgx);
         }
+    };
+    const int step = S * kBlock * V;
+    int j = (s * kBlock + threadIdx.x) * V;
+    for (; j + step < per_channel; j += 2 * step) {
+        float g0[V], f0[V], g1[V], f1[V];
+        load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, nchw_offset(j, c, C, HW), g0, f0);
+        load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, nchw_offset(j + step, c, C, HW), g1, f1);
+        add(g0, f0);
+        add(g1, f1);
+    }
+    if (j < per_channel) {
+        float g0[V], f0[V];
+        load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, nchw_offset(j, c, C, HW), g0, f0);
+        add(g0, f0);
     }
     sg = block_sum(sg, 1);
     sgx = block_sum(sgx, 1);
+    return make_float2(sg, sgx);
+}
+
+template <typename T, int V, bool Vec>
+__global__ void bn_grad_nchw(const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
+                             const float* __restrict__ mean, float* __restrict__ ws, int C, int HW, int per_channel) {
+    const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+    const float2 t = nchw_block_grad<T, V, Vec>(dy, mask, mask_bytes, x, mean[c], c, s, S, C, HW, per_channel);
     if (threadIdx.x == 0) {
-        ws[s * C + c] = sg;
-        ws[s * C + c + S * C] = sgx;
+        ws[s * C + c] = t.x;
+        ws[s * C + c + S * C] = t.y;
     }
 }
 
 template <typename T, int V, bool Vec>
-__global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
-                             const float* __restrict__ mean, float* __restrict__ ws, int rows, int C, int tx_threads) {
+__device__ __forceinline__ void nhwc_block_grad(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
+                                                int mask_bytes, const T* __restrict__ x, const float* __restrict__ mean,
+                                                float* __restrict__ ws, int rows, int C, int tx_threads) {
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
     const int s = blockIdx.y, S = gridDim.y;
@@ -254,16 +325,27 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
         sg[k] = 0.0f;
         sgx[k] = 0.0f;
     }
-    if (active) {
-        for (int r = s * ty_threads + ty; r < rows; r += S * ty_threads) {
-            const int off = r * C + c0;
-            float g[V], f[V];
-            load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, off, g, f);
+    auto add = [&](const float (&g)[V], const float (&f)[V]) {
 #pragma unroll
-            for (int k = 0; k < V; ++k) {
-                sg[k] += g[k];
-                sgx[k] = fmaf(g[k], f[k] - mu[k], sgx[k]);
-            }
+        for (int k = 0; k < V; ++k) {
+            sg[k] += g[k];
+            sgx[k] = fmaf(g[k], f[k] - mu[k], sgx[k]);
+        }
+    };
+    if (active) {
+        const int step = S * ty_threads;
+        int r = s * ty_threads + ty;
+        for (; r + step < rows; r += 2 * step) {
+            float g0[V], f0[V], g1[V], f1[V];
+            load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, r * C + c0, g0, f0);
+            load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, (r + step) * C + c0, g1, f1);
+            add(g0, f0);
+            add(g1, f1);
+        }
+        if (r < rows) {
+            float g0[V], f0[V];
+            load_masked_grad<T, V, Vec>(dy, mask, mask_bytes, x, r * C + c0, g0, f0);
+            add(g0, f0);
         }
     }
 #pragma unroll
@@ -278,42 +360,52 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
     }
 }
 
+template <typename T, int V, bool Vec>
+__global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
+                             const float* __restrict__ mean, float* __restrict__ ws, int rows, int C, int tx_threads) {
+    nhwc_block_grad<T, V, Vec>(dy, mask, mask_bytes, x, mean, ws, rows, C, tx_threads);
+}
+
 // ---------------------------------------------------------------------------------------------
-// Finalize: one warp per channel merges its S partials (lanes stride over them, then a butterfly),
-// so a thousand partials cost a few dozen merges per lane. blockDim.x is kBlock.
+// Finalize: a block per channel merges its S partials (threads stride over them, then the block's
+// tree), so the loads of a thousand partials are in flight together. (A warp per channel walked
+// 33 partials a lane one after another: 12 us for the NHWC grid's S = 1056 on an H100.) The fused
+// NHWC kernels run the same merge in their phase B. blockDim.x is kBlock.
 // ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ Stat merge_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
+    Stat t = {0.0f, 0.0f, 0.0f};
+    for (int p = threadIdx.x; p < S; p += kBlock) t = chan_merge(t, load_partial(ws, p, S, C, c));
+    return block_merge(t, 1);
+}
+
+__device__ __forceinline__ float2 sum_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
+    float sg = 0.0f, sgx = 0.0f;
+    for (int p = threadIdx.x; p < S; p += kBlock) {
+        sg += __ldcg(ws + p * C + c);
+        sgx += __ldcg(ws + p * C + c + S * C);
+    }
+    return make_float2(block_sum(sg, 1), block_sum(sgx, 1));
+}
 
 template <typename T>
 __global__ void bn_stats_finalize(const float* __restrict__ ws, int S, const T* __restrict__ x, int shift_stride,
                                   float eps, float* __restrict__ mean, float* __restrict__ invstd, int C) {
-    const int c = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (c >= C) return;  // warp-uniform: the whole warp leaves
-    Stat t = {0.0f, 0.0f, 0.0f};
-    for (int s = lane; s < S; s += 32) t = chan_merge(t, Stat{ws[s * C + c], ws[s * C + c + S * C], ws[s * C + c + 2 * S * C]});
-    t = warp_merge_strided(t, 1);
-    if (lane == 0) {
-        const float shift = bw::to_float(x[static_cast<i64>(c) * shift_stride]);
-        mean[c] = shift + t.mean;
-        invstd[c] = 1.0f / sqrtf(t.m2 / fmaxf(t.n, 1.0f) + eps);
+    const int c = blockIdx.x;
+    const Stat t = merge_channel_partials(ws, S, C, c);
+    if (threadIdx.x == 0) {
+        mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
+        invstd[c] = invstd_of(t, eps);
     }
 }
 
 __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const float* __restrict__ invstd,
                                  float* __restrict__ dgamma, float* __restrict__ dbeta, int C) {
-    const int c = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (c >= C) return;
-    float sg = 0.0f, sgx = 0.0f;
-    for (int s = lane; s < S; s += 32) {
-        sg += ws[s * C + c];
-        sgx += ws[s * C + c + S * C];
-    }
-    sg = warp_sum_strided(sg, 1);
-    sgx = warp_sum_strided(sgx, 1);
-    if (lane == 0) {
-        dbeta[c] = sg;
-        dgamma[c] = sgx * invstd[c];
+    const int c = blockIdx.x;
+    const float2 t = sum_channel_partials(ws, S, C, c);
+    if (threadIdx.x == 0) {
+        dbeta[c] = t.x;
+        dgamma[c] = t.y * invstd[c];
     }
 }
 
@@ -473,6 +565,309 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_apply(const T* __r
         bw::store_pack<T, V, Vec>(dx, first, n, dxv);
         if constexpr (kResidual) bw::store_pack<T, V, Vec>(dz, first, n, dzv);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused (persistent) forward and backward: one launch instead of three. The grid is the
+// reduction's grid, no larger than the blocks the GPU holds at once, launched cooperatively (the
+// driver refuses a grid that could not all be resident), so blocks can wait for each other:
+//   phase A  the block's partial reduction, as the separate kernels do it, to ws;
+//   barrier;
+//   phase B  NCHW: each block merges its own channel's S partials (S is small); NHWC: blocks share
+//            out the channels, merge their S partials and write them; barrier;
+//   phase C  the elementwise pass over the same elements the block reduced in phase A, walked in
+//            reverse so that what phase A read last, still in L2, is read first.
+// No launch gaps, no finalize launch, and the second read of x (dy, mask, x) partly hits L2; the
+// byte model still counts both reads. Needs 16-byte packs that never straddle a mask word's
+// owner: NCHW with HW % 32 == 0 (a channel's plane is whole words), NHWC with C % 32 == 0 (a row
+// is whole words). Other shapes take the three-kernel path.
+// ---------------------------------------------------------------------------------------------
+
+// Grid-wide barrier on bar[0] (arrivals) and bar[1] (generation); self-resetting, so one zeroed
+// pair serves every launch on a stream. Only valid when every block of the grid is resident.
+__device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* generation = bar + 1;
+        const unsigned seen = *generation;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == blocks - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*generation == seen) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Phase C of the fused forward: packs k = last, last - 1, ..., 0 of this thread's walk (where(k, off,
+// active) gives pack k's memory offset and whether it exists), two loads in flight per step. Every
+// lane of the warp runs the same k (group_or); inactive lanes contribute no bits and store nothing.
+template <typename T, bool kResidual, int NC, typename Where>
+__device__ __forceinline__ void forward_walk(int last, Where where, const T* __restrict__ x, const T* __restrict__ z,
+                                             const FwdCoef (&coef)[NC], T* __restrict__ y,
+                                             unsigned* __restrict__ words) {
+    constexpr int V = bw::Pack16<T>::size;
+    constexpr int G = 32 / V;
+    const int lane = threadIdx.x & 31;
+    auto load = [&](int off, bool active, T (&xv)[V], T (&zv)[V]) {
+        if (!active) return;
+        bw::load_pack<T, V, true>(x, off, off + V, xv);
+        if constexpr (kResidual) bw::load_pack<T, V, true>(z, off, off + V, zv);
+    };
+    auto finish = [&](const T (&xv)[V], const T (&zv)[V], int off, bool active) {
+        unsigned b = 0;
+        if (active) {
+            T yv[V];
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const FwdCoef& q = coef[NC == 1 ? 0 : e];
+                float p = fmaf(bw::to_float(xv[e]) - q.m, q.a, q.b);
+                if constexpr (kResidual) p += bw::to_float(zv[e]);
+                b |= (p > 0.0f ? 1u : 0u) << e;
+                yv[e] = p > 0.0f ? bw::from_float<T>(p) : bw::from_float<T>(0.0f);
+            }
+            bw::store_pack<T, V, true>(y, off, off + V, yv);
+        }
+        const unsigned word = bw::group_or<G>(b << ((lane * V) & 31));
+        if (active && (lane & (G - 1)) == 0) words[off >> 5] = word;
+    };
+    int k = last;
+    for (; k >= 1; k -= 2) {
+        int off0, off1;
+        bool on0, on1;
+        where(k, off0, on0);
+        where(k - 1, off1, on1);
+        T x0[V], z0[V], x1[V], z1[V];
+        load(off0, on0, x0, z0);
+        load(off1, on1, x1, z1);
+        finish(x0, z0, off0, on0);
+        finish(x1, z1, off1, on1);
+    }
+    if (k == 0) {
+        int off0;
+        bool on0;
+        where(0, off0, on0);
+        T x0[V], z0[V];
+        load(off0, on0, x0, z0);
+        finish(x0, z0, off0, on0);
+    }
+}
+
+template <typename T, bool kResidual>
+__global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
+        const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
+        const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
+        T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int C, int HW,
+        int per_channel) {
+    constexpr int V = bw::Pack16<T>::size;
+    const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+    const Stat t = nchw_block_stats<T, V, true>(x, c, s, S, C, HW, per_channel);
+    if (threadIdx.x == 0) store_partial(ws, s, S, C, c, t);
+    grid_sync(bar, static_cast<unsigned>(C * S));
+
+    __shared__ FwdCoef shared_coef;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp == 0) {  // the channel's S partials (S is at most a few dozen here)
+        Stat u = {0.0f, 0.0f, 0.0f};
+        for (int p = lane; p < S; p += 32) u = chan_merge(u, load_partial(ws, p, S, C, c));
+        u = warp_merge_strided(u, 1);
+        if (lane == 0) {
+            const float m = bw::to_float(x[static_cast<i64>(c) * HW]) + u.mean, is = invstd_of(u, eps);
+            shared_coef = FwdCoef{m, is * gamma[c], beta[c]};
+            if (s == 0) {
+                mean[c] = m;
+                invstd[c] = is;
+            }
+        }
+    }
+    __syncthreads();
+    const FwdCoef coef[1] = {shared_coef};
+    const int step = S * kBlock * V;
+    const int warp_first = (s * kBlock + warp * 32) * V;
+    if (warp_first >= per_channel) return;  // warp-uniform
+    auto where = [&](int k, int& off, bool& active) {
+        const int j = warp_first + lane * V + k * step;
+        active = j < per_channel;  // whole 32-element words: HW % 32 == 0
+        off = nchw_offset(j, c, C, HW);
+    };
+    forward_walk<T, kResidual, 1>((per_channel - 1 - warp_first) / step, where, x, z, coef, y, words);
+}
+
+// 3 blocks an SM (85 registers): V channels' statistics and coefficients; at 4 (64 registers) the
+// residual float16 instance spills.
+template <typename T, bool kResidual>
+__global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
+        const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
+        const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
+        T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int rows, int C,
+        int tx_threads) {
+    constexpr int V = bw::Pack16<T>::size;
+    const int S = gridDim.y;
+    const unsigned blocks = gridDim.x * gridDim.y;
+    nhwc_block_stats<T, V, true>(x, ws, rows, C, tx_threads);
+    grid_sync(bar, blocks);
+
+    // Phase B: block b finalizes channels b, b + blocks, ... (a block-wide merge of S partials).
+    for (int c = blockIdx.y * gridDim.x + blockIdx.x; c < C; c += blocks) {
+        const Stat u = merge_channel_partials(ws, S, C, c);
+        if (threadIdx.x == 0) {
+            mean[c] = bw::to_float(x[c]) + u.mean;
+            invstd[c] = invstd_of(u, eps);
+        }
+    }
+    grid_sync(bar, blocks);
+
+    const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
+    const int c0 = (blockIdx.x * tx_threads + tx) * V;
+    const bool in_channels = c0 < C;  // whole groups of G lanes: C % 32 == 0
+    FwdCoef coef[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+        const int c = in_channels ? c0 + e : 0;
+        const float is = __ldcg(invstd + c);
+        coef[e] = FwdCoef{__ldcg(mean + c), is * gamma[c], beta[c]};
+    }
+    const int row_step = S * ty_threads;
+    const int warp_row = blockIdx.y * ty_threads + (threadIdx.x & ~31) / tx_threads;  // the warp's first row
+    if (warp_row >= rows) return;  // warp-uniform
+    const int first_row = blockIdx.y * ty_threads + ty;
+    auto where = [&](int k, int& off, bool& active) {
+        const int r = first_row + k * row_step;
+        active = in_channels && r < rows;
+        off = r * C + c0;
+    };
+    forward_walk<T, kResidual, V>((rows - 1 - warp_row) / row_step, where, x, z, coef, y, words);
+}
+
+// Phase C of the fused backward: dx = k * (g - mg - (x - m) * kx) [and dz = g] over packs k = last,
+// ..., 0 of this thread's walk (offset_of(k)), two packs' loads in flight per step.
+template <typename T, bool kResidual, int NC, typename OffsetOf>
+__device__ __forceinline__ void backward_walk(int last, OffsetOf offset_of, const T* __restrict__ dy,
+                                              const unsigned char* __restrict__ mask, int mask_bytes,
+                                              const T* __restrict__ x, const BwdCoef (&coef)[NC],
+                                              T* __restrict__ dx, T* __restrict__ dz) {
+    constexpr int V = bw::Pack16<T>::size;
+    auto load = [&](int off, T (&gv)[V], T (&xv)[V], unsigned& bits) {
+        bw::load_pack<T, V, true>(dy, off, off + V, gv);
+        bw::load_pack<T, V, true>(x, off, off + V, xv);
+        bits = bw::read_bits<V>(mask, mask_bytes, off);
+    };
+    auto finish = [&](const T (&gv)[V], const T (&xv)[V], unsigned bits, int off) {
+        T dxv[V], dzv[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            const BwdCoef& q = coef[NC == 1 ? 0 : e];
+            const bool kept = (bits >> e) & 1u;
+            const float g = kept ? bw::to_float(gv[e]) : 0.0f;
+            dxv[e] = bw::from_float<T>(q.k * fmaf(-(bw::to_float(xv[e]) - q.m), q.kx, g - q.mg));
+            dzv[e] = kept ? gv[e] : bw::from_float<T>(0.0f);
+        }
+        bw::store_pack<T, V, true>(dx, off, off + V, dxv);
+        if constexpr (kResidual) bw::store_pack<T, V, true>(dz, off, off + V, dzv);
+    };
+    int k = last;
+    for (; k >= 1; k -= 2) {
+        const int off0 = offset_of(k), off1 = offset_of(k - 1);
+        T g0[V], x0[V], g1[V], x1[V];
+        unsigned b0, b1;
+        load(off0, g0, x0, b0);
+        load(off1, g1, x1, b1);
+        finish(g0, x0, b0, off0);
+        finish(g1, x1, b1, off1);
+    }
+    if (k == 0) {
+        const int off0 = offset_of(0);
+        T g0[V], x0[V];
+        unsigned b0;
+        load(off0, g0, x0, b0);
+        finish(g0, x0, b0, off0);
+    }
+}
+
+template <typename T, bool kResidual>
+__global__ void __launch_bounds__(kBlock, 4) bn_relu_backward_fused_nchw(
+        const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
+        const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ gamma,
+        float* __restrict__ dgamma, float* __restrict__ dbeta, T* __restrict__ dx, T* __restrict__ dz,
+        float* __restrict__ ws, unsigned* bar, int C, int HW, int per_channel, float inv_m) {
+    constexpr int V = bw::Pack16<T>::size;
+    const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+    const float2 t = nchw_block_grad<T, V, true>(dy, mask, mask_bytes, x, mean[c], c, s, S, C, HW, per_channel);
+    if (threadIdx.x == 0) {
+        ws[s * C + c] = t.x;
+        ws[s * C + c + S * C] = t.y;
+    }
+    grid_sync(bar, static_cast<unsigned>(C * S));
+
+    __shared__ BwdCoef shared_coef;
+    if (threadIdx.x < 32) {  // the channel's S partials (S is at most a few dozen here)
+        const int lane = threadIdx.x;
+        float sg = 0.0f, sgx = 0.0f;
+        for (int p = lane; p < S; p += 32) {
+            sg += __ldcg(ws + p * C + c);
+            sgx += __ldcg(ws + p * C + c + S * C);
+        }
+        sg = warp_sum_strided(sg, 1);
+        sgx = warp_sum_strided(sgx, 1);
+        if (lane == 0) {
+            const float is = invstd[c], dg = sgx * is;
+            shared_coef = BwdCoef{mean[c], gamma[c] * is, sg * inv_m, dg * is * inv_m};
+            if (s == 0) {
+                dbeta[c] = sg;
+                dgamma[c] = dg;
+            }
+        }
+    }
+    __syncthreads();
+    const BwdCoef coef[1] = {shared_coef};
+    const int step = S * kBlock * V;
+    const int first = (s * kBlock + threadIdx.x) * V;
+    if (first >= per_channel) return;
+    auto offset_of = [&](int k) { return nchw_offset(first + k * step, c, C, HW); };
+    backward_walk<T, kResidual, 1>((per_channel - 1 - first) / step, offset_of, dy, mask, mask_bytes, x, coef, dx, dz);
+}
+
+template <typename T, bool kResidual>
+__global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
+        const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
+        const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ gamma,
+        float* __restrict__ dgamma, float* __restrict__ dbeta, T* __restrict__ dx, T* __restrict__ dz,
+        float* __restrict__ ws, unsigned* bar, int rows, int C, int tx_threads, float inv_m) {
+    constexpr int V = bw::Pack16<T>::size;
+    const int S = gridDim.y;
+    const unsigned blocks = gridDim.x * gridDim.y;
+    nhwc_block_grad<T, V, true>(dy, mask, mask_bytes, x, mean, ws, rows, C, tx_threads);
+    grid_sync(bar, blocks);
+
+    for (int c = blockIdx.y * gridDim.x + blockIdx.x; c < C; c += blocks) {
+        const float2 t = sum_channel_partials(ws, S, C, c);
+        if (threadIdx.x == 0) {
+            dbeta[c] = t.x;
+            dgamma[c] = t.y * invstd[c];
+        }
+    }
+    grid_sync(bar, blocks);
+
+    const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
+    const int c0 = (blockIdx.x * tx_threads + tx) * V;
+    if (c0 >= C) return;
+    BwdCoef coef[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+        const int c = c0 + e;
+        const float is = invstd[c];
+        coef[e] = BwdCoef{mean[c], gamma[c] * is, __ldcg(dbeta + c) * inv_m, __ldcg(dgamma + c) * is * inv_m};
+    }
+    const int row_step = S * ty_threads;
+    const int first_row = blockIdx.y * ty_threads + ty;
+    if (first_row >= rows) return;
+    auto offset_of = [&](int k) { return (first_row + k * row_step) * C + c0; };
+    backward_walk<T, kResidual, V>((rows - 1 - first_row) / row_step, offset_of, dy, mask, mask_bytes, x, coef, dx, dz);
 }
 
 }  // namespace bnr

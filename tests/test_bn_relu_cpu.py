@@ -169,6 +169,20 @@ def test_reduction_grid_never_spills_into_a_second_wave():
     assert tx == 32 and gx == 8 and gx * gy <= wave
 
 
+def test_one_launch_path_applies_only_where_blocks_own_whole_mask_words_and_fit_at_once():
+    wave = 132 * 4
+    # NCHW: H*W a multiple of 32 (56x56 = 98 words a plane); 28x28 = 784 is not
+    assert bn_relu.fused_grid("NCHW", 32, 256, 56 * 56, 8, True, wave) == bn_relu.reduction_grid("NCHW", 32, 256, 3136, 8, wave)
+    assert bn_relu.fused_grid("NCHW", 32, 256, 28 * 28, 8, True, wave) is None
+    assert bn_relu.fused_grid("NCHW", 32, 256, 56 * 56, 8, False, wave) is None  # no 16-byte packs
+    assert bn_relu.fused_grid("NCHW", 32, 1024, 64, 8, True, wave) is None  # 1024 channel blocks > 528 resident
+    # NHWC: C a multiple of 32
+    for c in (32, 64, 256, 2048):
+        (gx, gy), tx = bn_relu.fused_grid("NHWC", 32, c, 49, 8, True, wave)
+        assert gx * gy <= wave and tx % 4 == 0  # a mask word's 4 lanes share a row
+    assert bn_relu.fused_grid("NHWC", 32, 48, 3136, 8, True, wave) is None
+
+
 @pytest.mark.parametrize("c", [64, 256, 2048, 48, 1000])
 def test_nhwc_apply_grid_keeps_each_thread_on_its_channels(c):
     for pack in (8, 4):

@@ -114,16 +114,80 @@ def test_backward_matches_reference(shape, dtype, layout, variant, misaligned):
     assert ok, f"{case}: {message}"
 
 
+# (shape, takes the one-launch path in NCHW, in NHWC): H*W % 32 == 0, C % 32 == 0 respectively.
+FUSED_SHAPES = [((4, 24, 8, 8), True, False), ((3, 64, 8, 12), True, True), ((5, 32, 32, 32), True, True),
+                ((2, 96, 16, 16), True, True), ((8, 256, 14, 14), False, True), ((2, 2048, 7, 7), False, True),
+                ((1, 3, 1, 5), False, False)]
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_statistics_of_data_with_a_large_mean(layout):
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,nchw,nhwc", FUSED_SHAPES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_one_launch_and_three_kernel_paths_both_match_reference(shape, nchw, nhwc, dtype, layout, variant, direction):
+    """The fused path is taken exactly where it applies (fused=True refuses elsewhere), and both
+    paths pass the suite's check on fresh inputs into poisoned outputs."""
+    from bwbench.cuda.bn_relu import bn_relu_backward, bn_relu_forward
+
+    case = _case(direction, variant, shape, layout, dtype)
+    inputs = _inputs(case, seed=sum(shape) + 7)
+    applies = nchw if layout == "NCHW" else nhwc
+    for fused in (True, False):
+        _poison(inputs["x"].numel() * 8)
+        if direction == "forward":
+            def call():
+                return bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"], inputs.get("z"),
+                                       fused=fused)
+        else:
+            def call():
+                return bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"], inputs["invstd"],
+                                        inputs["gamma"], residual=variant == "bn_add_relu", fused=fused)
+        if fused and not applies:
+            with pytest.raises(ValueError, match="one-launch path does not apply"):
+                call()
+            continue
+        out = call()
+        torch.cuda.synchronize()
+        ok, message = MOD.check(case, inputs, out)
+        assert ok, f"{case} fused={fused}: {message}"
+
+
+def test_one_launch_path_repeats_and_runs_on_two_streams():
+    """The grid barrier resets itself: many launches in a row, and on a second stream (its own
+    counters), keep giving the same statistics as the three-kernel path."""
+    from bwbench.cuda.bn_relu import bn_relu_forward
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(4, 64, 16, 16, generator=gen, device="cuda").half()
+    gamma, beta = torch.rand(64, device="cuda") + 0.5, torch.randn(64, device="cuda")
+    want = bn_relu_forward(x, gamma, beta, 1e-5, fused=False)
+    side = torch.cuda.Stream()
+    results = []
+    for i in range(200):
+        if i % 2:
+            with torch.cuda.stream(side):
+                results.append(bn_relu_forward(x, gamma, beta, 1e-5, fused=True))
+        else:
+            results.append(bn_relu_forward(x, gamma, beta, 1e-5, fused=True))
+    torch.cuda.synchronize()
+    for y, mask, mean, invstd in results[::17] + results[-2:]:
+        torch.testing.assert_close(mean, want[2], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(invstd, want[3], rtol=1e-6, atol=0)
+        torch.testing.assert_close(y.float(), want[0].float(), rtol=2e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(16, 24, 30, 30), (16, 32, 32, 32)], ids=["three-kernel", "one-launch"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_statistics_of_data_with_a_large_mean(layout, shape):
     """Shifted sums: a channel of mean 1e4 and std 1 keeps invstd to float32 accuracy."""
     from bwbench.cuda.bn_relu import bn_relu_forward, forward_reference
 
     fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
     gen = torch.Generator(device="cuda").manual_seed(3)
-    x = (1e4 + torch.randn(16, 24, 30, 30, generator=gen, device="cuda")).contiguous(memory_format=fmt)
-    gamma = torch.ones(24, device="cuda")
-    beta = torch.zeros(24, device="cuda")
+    x = (1e4 + torch.randn(*shape, generator=gen, device="cuda")).contiguous(memory_format=fmt)
+    gamma = torch.ones(shape[1], device="cuda")
+    beta = torch.zeros(shape[1], device="cuda")
     y, _, mean, invstd = bn_relu_forward(x, gamma, beta, 1e-5)
     _, _, m_ref, s_ref = forward_reference(x, gamma, beta, 1e-5)
     torch.testing.assert_close(mean.double(), m_ref, rtol=2e-7, atol=0)  # half an ulp of 1e4 is 5e-8 relative

@@ -11,8 +11,11 @@ of shape (C,) (BatchNorm's parameters stay float32 under mixed precision, as cuD
 mean, invstd, dgamma, dbeta: float32 (C,). The mask is over the tensor's memory order in
 bwbench.cuda.bitmask's packed-bit format (uint8, ceil(n/8) bytes, a view of whole words).
 
-Each call runs three kernels (per-channel partial reductions, a per-channel finalize, an
-elementwise pass), so x (forward) and dy, the mask and x (backward) are read twice. Statistics are
+Each call reads x (forward) and dy, the mask and x (backward) twice: a per-channel reduction, then
+an elementwise pass. Where the shape allows (16-byte packs, and NCHW planes or NHWC rows of whole
+32-element mask words: H*W % 32 == 0, or C % 32 == 0) and the grid fits on the GPU at once, that is
+one cooperative launch whose blocks wait for each other between the phases (see `fused_grid`);
+otherwise three kernels (reduction, per-channel finalize, elementwise pass). Statistics are
 batch statistics, biased variance; running statistics are not updated (no implementation here
 updates them). Everything launches on PyTorch's current stream.
 """
@@ -34,6 +37,8 @@ __all__ = [
     "bn_relu_backward",
     "bn_relu_forward",
     "forward_reference",
+    "fused_grid",
+    "ONE_LAUNCH_BY_DEFAULT",
     "layout_of",
     "memory_order",
 ]
@@ -62,6 +67,8 @@ SOURCE = KernelSource(
         "bnr::bn_grad_finalize",
         *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
           for t in _TYPES for nhwc in _B for vec in _B for res in _B),
+        *(f"bnr::{k}_{layout}<{t}, {res}>" for k in ("bn_relu_fused", "bn_relu_backward_fused")
+          for layout in ("nchw", "nhwc") for t in _TYPES for res in _B),
     ),
 )
 
@@ -199,6 +206,37 @@ def apply_blocks(layout: str, numel: int, c: int, pack: int, vec: bool, wave: in
     return blocks
 
 
+def fused_grid(layout: str, n: int, c: int, hw: int, pack: int, vec: bool, wave: int):
+    """((grid x, grid y), threads across channel packs) of the one-launch path, or None where it
+    does not apply: it needs 16-byte packs, mask words that one block owns whole (NCHW: H*W % 32
+    == 0; NHWC: C % 32 == 0), and the reduction's grid no larger than `wave` (resident at once)."""
+    if not vec or (hw % 32 if layout == "NCHW" else c % 32):
+        return None
+    (gx, gy), tx = reduction_grid(layout, n, c, hw, pack, wave)
+    return ((gx, gy), tx) if gx * gy <= wave else None
+
+
+ONE_LAUNCH_BY_DEFAULT = ("NCHW",)
+"""Layouts where `fused=None` takes the one-launch path. H100, float16, cold, (32, 64, 112, 112) and
+(32, 256, 56, 56), one launch against three kernels (scripts/bn_relu_paths.py): NCHW forward 59 vs
+66 us (bn_add_relu 73 vs 87), NCHW backward 86 vs 107 us (bn_add_relu 107-109 vs 122). NHWC: the
+forward is slower in one launch (86-96 vs 71-76 us), the backward even or 7% faster at these shapes
+but 30% slower at (32, 2048, 7, 7) in `bwbench run`, so NHWC keeps three kernels unless asked."""
+
+_BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _barrier(device: torch.device) -> torch.Tensor:
+    """The grid barrier's two counters for the current stream: zeroed once, reset by the kernels
+    themselves, one pair per stream so that launches on different streams never share one."""
+    index = device_index(device)
+    key = (index, torch.cuda.current_stream(index).cuda_stream)
+    bar = _BARRIERS.get(key)
+    if bar is None:
+        bar = _BARRIERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return bar
+
+
 def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
     """(storage type, pack, vectorized?) for x and the tensors that move with it."""
     ctype = cpp_type(x.dtype)
@@ -232,8 +270,12 @@ def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x:
 
 
 def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float,
-                    z: torch.Tensor | None = None):
-    """(y, mask, mean, invstd): y = relu(BN(x) [+ z]) with batch statistics; mask bit = (pre-activation > 0)."""
+                    z: torch.Tensor | None = None, fused: bool | None = None):
+    """(y, mask, mean, invstd): y = relu(BN(x) [+ z]) with batch statistics; mask bit = (pre-activation > 0).
+
+    fused: None takes the one-launch path where it applies and ONE_LAUNCH_BY_DEFAULT lists the layout;
+    False forces the three kernels; True requires the one-launch path (ValueError where it does not
+    apply)."""
     layout = _check_data(x, "x")
     if z is not None:
         _check_data(z, "z", like=x)
@@ -252,11 +294,24 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     mask = words.view(torch.uint8)[:packed_bytes(numel)]
     module = load(SOURCE)
     ctype, pack, vec = _plan(x, layout, z, y)
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    if fused is not False:
+        kernel = module.kernel(f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>")
+        plan = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device_index(x)))
+        if plan is not None and (fused or layout in ONE_LAUNCH_BY_DEFAULT):
+            (gx, gy), tx = plan
+            ws = torch.empty(3 * gy * c, dtype=torch.float32, device=x.device)
+            tail = (np.int32(c), np.int32(h * w), np.int32(n * h * w)) if layout == "NCHW" else \
+                (np.int32(n * h * w), np.int32(c), np.int32(tx))
+            kernel((gx, gy), BLOCK, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words, ws,
+                                     _barrier(x.device), *tail), cooperative=True)
+            return y, mask, mean, invstd
+        if fused:
+            raise ValueError(f"the one-launch path does not apply to {layout} {tuple(x.shape)} {x.dtype}")
     ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
     fin = module.kernel(f"bnr::bn_stats_finalize<{ctype}>")
-    fin(-(-c * 32 // BLOCK), BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1),
+    fin(c, BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1),
                                      np.float32(eps), mean, invstd, np.int32(c)))
-    b = lambda v: "true" if v else "false"  # noqa: E731
     apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
     apply(blocks, BLOCK, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c), np.int32(h * w)))
@@ -264,8 +319,9 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
 
 
 def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
-                     invstd: torch.Tensor, gamma: torch.Tensor, residual: bool = False):
-    """(dx, [dz,] dgamma, dbeta) through the ReLU mask and BN with the saved mean and invstd."""
+                     invstd: torch.Tensor, gamma: torch.Tensor, residual: bool = False, fused: bool | None = None):
+    """(dx, [dz,] dgamma, dbeta) through the ReLU mask and BN with the saved mean and invstd;
+    `fused` as in bn_relu_forward."""
     layout = _check_data(x, "x")
     _check_data(dy, "dy", like=x)
     for name, p in (("mean", mean), ("invstd", invstd), ("gamma", gamma)):
@@ -287,14 +343,28 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     module = load(SOURCE)
     ctype, pack, vec = _plan(x, layout, dy, dx, dz)
     mask_bytes = np.int32(mask.numel())
-    ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
-    module.kernel("bnr::bn_grad_finalize")(-(-c * 32 // BLOCK), BLOCK,
-                                           (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
     b = lambda v: "true" if v else "false"  # noqa: E731
+    inv_m = np.float32(1.0 / (numel // c))
+    if fused is not False:
+        kernel = module.kernel(f"bnr::bn_relu_backward_fused_{layout.lower()}<{ctype}, {b(residual)}>")
+        plan = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device_index(x)))
+        if plan is not None and (fused or layout in ONE_LAUNCH_BY_DEFAULT):
+            (gx, gy), tx = plan
+            ws = torch.empty(2 * gy * c, dtype=torch.float32, device=x.device)
+            tail = (np.int32(c), np.int32(h * w), np.int32(n * h * w)) if layout == "NCHW" else \
+                (np.int32(n * h * w), np.int32(c), np.int32(tx))
+            kernel((gx, gy), BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, ws,
+                                     _barrier(x.device), *tail, inv_m), cooperative=True)
+            return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
+        if fused:
+            raise ValueError(f"the one-launch path does not apply to {layout} {tuple(x.shape)} {x.dtype}")
+    ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
+    module.kernel("bnr::bn_grad_finalize")(c, BLOCK,
+                                           (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
     apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
     apply(blocks, BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, np.int32(numel),
-                          np.int32(c), np.int32(h * w), np.float32(1.0 / (numel // c))))
+                          np.int32(c), np.int32(h * w), inv_m))
     return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
 
 
