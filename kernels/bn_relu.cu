@@ -583,21 +583,30 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_apply(const T* __r
 // is whole words). Other shapes take the three-kernel path.
 // ---------------------------------------------------------------------------------------------
 
-// Grid-wide barrier on bar[0] (arrivals) and bar[1] (generation); self-resetting, so one zeroed
-// pair serves every launch on a stream. Only valid when every block of the grid is resident.
+// Grid-wide barrier: bar[0] counts arrivals, bar[kBarrierGap] is the generation; kept on separate
+// 128-byte lines so that blocks polling the generation do not queue behind the arrivals' atomics
+// at the same L2 slice (on the same line, an H100 released blocks of the NHWC grid up to 17 us
+// apart). Pollers back off up to ~0.5 us. Self-resetting: one zeroed buffer serves every launch on
+// a stream. Only valid when every block of the grid is resident (a cooperative launch).
+constexpr int kBarrierGap = 32;  // unsigned words: 128 bytes
+
 __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned* generation = bar + 1;
+        volatile unsigned* generation = bar + kBarrierGap;
         const unsigned seen = *generation;
         __threadfence();
         if (atomicAdd(bar, 1u) == blocks - 1) {
             atomicExch(bar, 0u);
             __threadfence();
-            atomicAdd(bar + 1, 1u);
+            atomicAdd(bar + kBarrierGap, 1u);
         } else {
-            while (*generation == seen) __nanosleep(32);
+            unsigned pause = 32;
+            while (*generation == seen) {
+                __nanosleep(pause);
+                pause = pause < 512 ? 2 * pause : pause;
+            }
         }
         __threadfence();
     }
@@ -666,6 +675,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
         int per_channel) {
     constexpr int V = bw::Pack16<T>::size;
     const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+    // Phase B's per-channel inputs, loaded now: after the barrier they would be a DRAM round trip
+    const float shift = bw::to_float(x[static_cast<i64>(c) * HW]), g = gamma[c], bt = beta[c];
     const Stat t = nchw_block_stats<T, V, true>(x, c, s, S, C, HW, per_channel);
     if (threadIdx.x == 0) store_partial(ws, s, S, C, c, t);
     grid_sync(bar, static_cast<unsigned>(C * S));
@@ -677,8 +688,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
         for (int p = lane; p < S; p += 32) u = chan_merge(u, load_partial(ws, p, S, C, c));
         u = warp_merge_strided(u, 1);
         if (lane == 0) {
-            const float m = bw::to_float(x[static_cast<i64>(c) * HW]) + u.mean, is = invstd_of(u, eps);
-            shared_coef = FwdCoef{m, is * gamma[c], beta[c]};
+            const float m = shift + u.mean, is = invstd_of(u, eps);
+            shared_coef = FwdCoef{m, is * g, bt};
             if (s == 0) {
                 mean[c] = m;
                 invstd[c] = is;
@@ -797,7 +808,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_backward_fused_nchw(
         float* __restrict__ ws, unsigned* bar, int C, int HW, int per_channel, float inv_m) {
     constexpr int V = bw::Pack16<T>::size;
     const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
-    const float2 t = nchw_block_grad<T, V, true>(dy, mask, mask_bytes, x, mean[c], c, s, S, C, HW, per_channel);
+    const float mu = mean[c], is = invstd[c], gm = gamma[c];  // used after the barrier too
+    const float2 t = nchw_block_grad<T, V, true>(dy, mask, mask_bytes, x, mu, c, s, S, C, HW, per_channel);
     if (threadIdx.x == 0) {
         ws[s * C + c] = t.x;
         ws[s * C + c + S * C] = t.y;
@@ -815,8 +827,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_backward_fused_nchw(
         sg = warp_sum_strided(sg, 1);
         sgx = warp_sum_strided(sgx, 1);
         if (lane == 0) {
-            const float is = invstd[c], dg = sgx * is;
-            shared_coef = BwdCoef{mean[c], gamma[c] * is, sg * inv_m, dg * is * inv_m};
+            const float dg = sgx * is;
+            shared_coef = BwdCoef{mu, gm * is, sg * inv_m, dg * is * inv_m};
             if (s == 0) {
                 dbeta[c] = sg;
                 dgamma[c] = dg;

@@ -224,16 +224,17 @@ forward is slower in one launch (86-96 vs 71-76 us), the backward even or 7% fas
 but 30% slower at (32, 2048, 7, 7) in `bwbench run`, so NHWC keeps three kernels unless asked."""
 
 _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
+BARRIER_WORDS = 33  # bnr::grid_sync: the arrival count at word 0, the generation at word 32
 
 
 def _barrier(device: torch.device) -> torch.Tensor:
-    """The grid barrier's two counters for the current stream: zeroed once, reset by the kernels
+    """The grid barrier's counters for the current stream: zeroed once, reset by the kernels
     themselves, one pair per stream so that launches on different streams never share one."""
     index = device_index(device)
     key = (index, torch.cuda.current_stream(index).cuda_stream)
     bar = _BARRIERS.get(key)
     if bar is None:
-        bar = _BARRIERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+        bar = _BARRIERS[key] = torch.zeros(BARRIER_WORDS, dtype=torch.int32, device=device)
     return bar
 
 
