@@ -238,6 +238,27 @@ def _barrier(device: torch.device) -> torch.Tensor:
     return bar
 
 
+def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec: bool, fused: bool | None,
+                ws_arrays: int, leading: tuple, trailing: tuple = ()) -> bool:
+    """Run kernel `name` as the one-launch path if it applies and `fused` allows; False to fall back
+    to three kernels. Its arguments: leading, the workspace, the barrier, the walk's sizes, trailing."""
+    if fused is False:
+        return False
+    n, c, h, w = x.shape
+    kernel = module.kernel(name)
+    plan = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device_index(x)))
+    if plan is None or not (fused or layout in ONE_LAUNCH_BY_DEFAULT):
+        if fused:
+            raise ValueError(f"the one-launch path does not apply to {layout} {tuple(x.shape)} {x.dtype}")
+        return False
+    (gx, gy), tx = plan
+    ws = torch.empty(ws_arrays * gy * c, dtype=torch.float32, device=x.device)
+    sizes = (np.int32(c), np.int32(h * w), np.int32(n * h * w)) if layout == "NCHW" else \
+        (np.int32(n * h * w), np.int32(c), np.int32(tx))
+    kernel((gx, gy), BLOCK, (*leading, ws, _barrier(x.device), *sizes, *trailing), cooperative=True)
+    return True
+
+
 def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
     """(storage type, pack, vectorized?) for x and the tensors that move with it."""
     ctype = cpp_type(x.dtype)
@@ -296,19 +317,9 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     module = load(SOURCE)
     ctype, pack, vec = _plan(x, layout, z, y)
     b = lambda v: "true" if v else "false"  # noqa: E731
-    if fused is not False:
-        kernel = module.kernel(f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>")
-        plan = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device_index(x)))
-        if plan is not None and (fused or layout in ONE_LAUNCH_BY_DEFAULT):
-            (gx, gy), tx = plan
-            ws = torch.empty(3 * gy * c, dtype=torch.float32, device=x.device)
-            tail = (np.int32(c), np.int32(h * w), np.int32(n * h * w)) if layout == "NCHW" else \
-                (np.int32(n * h * w), np.int32(c), np.int32(tx))
-            kernel((gx, gy), BLOCK, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words, ws,
-                                     _barrier(x.device), *tail), cooperative=True)
-            return y, mask, mean, invstd
-        if fused:
-            raise ValueError(f"the one-launch path does not apply to {layout} {tuple(x.shape)} {x.dtype}")
+    if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
+                   vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words)):
+        return y, mask, mean, invstd
     ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
     fin = module.kernel(f"bnr::bn_stats_finalize<{ctype}>")
     fin(c, BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1),
@@ -346,19 +357,9 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     mask_bytes = np.int32(mask.numel())
     b = lambda v: "true" if v else "false"  # noqa: E731
     inv_m = np.float32(1.0 / (numel // c))
-    if fused is not False:
-        kernel = module.kernel(f"bnr::bn_relu_backward_fused_{layout.lower()}<{ctype}, {b(residual)}>")
-        plan = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device_index(x)))
-        if plan is not None and (fused or layout in ONE_LAUNCH_BY_DEFAULT):
-            (gx, gy), tx = plan
-            ws = torch.empty(2 * gy * c, dtype=torch.float32, device=x.device)
-            tail = (np.int32(c), np.int32(h * w), np.int32(n * h * w)) if layout == "NCHW" else \
-                (np.int32(n * h * w), np.int32(c), np.int32(tx))
-            kernel((gx, gy), BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, ws,
-                                     _barrier(x.device), *tail, inv_m), cooperative=True)
-            return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
-        if fused:
-            raise ValueError(f"the one-launch path does not apply to {layout} {tuple(x.shape)} {x.dtype}")
+    if _one_launch(module, f"bnr::bn_relu_backward_fused_{layout.lower()}<{ctype}, {b(residual)}>", x, layout,
+                   pack, vec, fused, 2, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
+        return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
     ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
     module.kernel("bnr::bn_grad_finalize")(c, BLOCK,
                                            (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))

@@ -415,18 +415,23 @@ def device_index(device: int | torch.device | torch.Tensor | None) -> int:
     return torch.cuda.current_device() if device is None else int(device)
 
 
-def check_matrix(t: torch.Tensor, what: str, name: str = "x") -> None:
-    """`t` is a 2-D contiguous CUDA tensor of a dtype the kernels take; a ValueError naming `what`
-    (the function) and `name` (the argument) otherwise."""
+def check_matrix(t: torch.Tensor, what: str, name: str = "x", rows_only: bool = False) -> None:
+    """`t` is a 2-D contiguous CUDA tensor of a dtype the kernels take (rows_only: only each row
+    need be contiguous, any row stride); a ValueError naming `what` (the function) and `name` (the
+    argument) otherwise."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{what} expects {name} to be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 2:
         raise ValueError(f"{what} expects a 2-D {name} (rows, cols), got shape {tuple(t.shape)}")
     if t.device.type != "cuda":
         raise ValueError(f"{what} expects CUDA tensors, got {name} on {t.device}")
-    if not t.is_contiguous():
-        raise ValueError(f"{what} expects a contiguous {name}, got strides {t.stride()}")
     cpp_type(t.dtype)  # ValueError naming the supported dtypes
+    if rows_only:
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ValueError(f"{what} expects {name} with contiguous rows (last-dim stride 1; any row stride "
+                             f"works, e.g. a column slice), got strides {t.stride()}: call .contiguous() first")
+    elif not t.is_contiguous():
+        raise ValueError(f"{what} expects a contiguous {name}, got strides {t.stride()}")
 
 
 class _StreamHandle:

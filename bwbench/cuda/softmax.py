@@ -414,33 +414,22 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     return plan
 
 
-def _check_rows(t: torch.Tensor, name: str) -> tuple[int, int]:
-    """A 2-D CUDA tensor whose rows are contiguous (last-dim stride 1, any row stride)."""
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D tensor (rows, cols), got shape {tuple(t.shape)}")
-    if t.device.type != "cuda":
-        raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
-    cpp_type(t.dtype)  # ValueError naming the supported dtypes
+def _check_rows(t: torch.Tensor, what: str, name: str) -> tuple[int, int]:
+    """(rows, cols) of a 2-D CUDA tensor whose rows are contiguous (any row stride)."""
+    check_matrix(t, what, name, rows_only=True)
     rows, cols = t.shape
-    if cols > 1 and t.stride(1) != 1:
-        raise ValueError(
-            f"{name} must have contiguous rows (last-dim stride 1; any row stride works, e.g. a column "
-            f"slice), got strides {t.stride()}: call .contiguous() first"
-        )
     if cols > dispatch.MAX_COLS:
-        raise ValueError(f"{name} has {cols} columns; the kernels take at most {dispatch.MAX_COLS}")
+        raise ValueError(f"{what}: {name} has {cols} columns; the kernels take at most {dispatch.MAX_COLS}")
     return rows, cols
 
 
-def _result(out: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+def _result(out: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Tensor:
     if out is None:
         return torch.empty(like.shape, dtype=like.dtype, device=like.device)
     if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
         raise ValueError(f"out must have the input's shape, dtype and device: got {tuple(out.shape)} {out.dtype} "
                          f"on {out.device}, want {tuple(like.shape)} {like.dtype} on {like.device}")
-    _check_rows(out, "out")
+    _check_rows(out, what, "out")
     return out
 
 
@@ -461,8 +450,8 @@ def _row_stride(t: torch.Tensor) -> np.int64:
 
 
 def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
-    rows, cols = _check_rows(x, "x")
-    y = _result(out, x)
+    rows, cols = _check_rows(x, op, "x")
+    y = _result(out, x, op)
     if rows == 0 or cols == 0:
         return y
     plan = plan_launch(op, rows, cols, x.dtype, aligned=_aligned(x, y), device=x.device, **overrides)
@@ -472,12 +461,12 @@ def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict
 
 
 def _backward(op: str, y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
-    rows, cols = _check_rows(y, "y")
-    _check_rows(dy, "dy")
+    rows, cols = _check_rows(y, op, "y")
+    _check_rows(dy, op, "dy")
     if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
         raise ValueError(f"dy must match y: got {tuple(dy.shape)} {dy.dtype} on {dy.device}, "
                          f"y is {tuple(y.shape)} {y.dtype} on {y.device}")
-    dx = _result(out, y)
+    dx = _result(out, y, op)
     if rows == 0 or cols == 0:
         return dx
     plan = plan_launch(op, rows, cols, y.dtype, aligned=_aligned(y, dy, dx), device=y.device, **overrides)
@@ -525,7 +514,7 @@ def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tensor
 def which_tier(x: torch.Tensor, op: str = "softmax", **overrides) -> str:
     """The tier `op` runs for input x (for a backward op, x stands for y and dy): "warp", "smem",
     "uncached", or for online_softmax "online_warp" / "online_block"."""
-    rows, cols = _check_rows(x, "x")
+    rows, cols = _check_rows(x, "which_tier", "x")
     if rows == 0 or cols == 0:
         return "none"
     return plan_launch(op, rows, cols, x.dtype, aligned=_aligned(x), device=x.device, **overrides).tier
