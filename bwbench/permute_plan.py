@@ -218,7 +218,12 @@ class TileConfig:
     threads: int = 256
     shifted: bool = False
     """Reads of vec_read elements from rows that start anywhere (C not a multiple of vec_read): each
-    row is read in aligned packs and shifted into place in shared memory."""
+    row is read in aligned packs and shifted into place in shared memory (with write_align: 4-byte
+    words, shifted through warp shuffles)."""
+    write_align: int = 0
+    """Bytes (0: off): every tile row is written as whole pieces of this many bytes, starting on a
+    boundary, where output rows start anywhere (permute_tiled_aligned). vec_write then only has to
+    divide the piece: the packs are aligned whatever the output row length."""
 
 
 @dataclass(frozen=True)
@@ -293,11 +298,34 @@ SHIFTED_VEC: dict[int, int] = {1: 8, 2: 4}
 """Pack (elements) for shifted reads of 1- and 2-byte elements whose rows are not pack-aligned (an
 odd C): 8-byte reads instead of single bytes or halves."""
 
+WORD = 4
+"""Aligned-write tiles of 1- and 2-byte elements read rows that start anywhere as 4-byte words
+(shifted into place through warp shuffles) when the large tile's row is one warp of words."""
+
+WORD_READS_WITH_ALIGNED_WRITES: tuple[int, ...] = (1,)
+"""Element sizes whose rows of odd length take aligned writes with shifted word reads. Measured on an
+H100 (cold, permute_configs.py): int8 3x1000x100001 by (0,2,1) 51% of copy against 46% for the
+plain tile; float16 33x1000x1001 by (0,2,1) 87% against 88-89%: there the 16 rows each block reads
+twice and the fifth sector of every unaligned 128-byte row (L2 read sectors +23%) cost what the
+whole-sector writes save, so odd-width float16 keeps permute_tiled."""
+
 USE_SHIFTED_READS = False
 """Measured on an H200, shifted 8-byte reads of odd-width float16 rows were slower than reading
 single elements (33x1000x1001 by (0,2,1): 75% against 78% of copy; 1000x1001 by (1,0): 86% against
 94%), so the planner does not choose them. They stay compiled and tested, and can be forced with a
 TileConfig(..., shifted=True) or choose_tile(..., shifted_reads=True)."""
+
+WRITE_ALIGN: dict[int, int] = {1: 32, 2: 32, 4: 32, 8: 32}
+"""The piece output rows are written in where their starts are not aligned to it (a 32-byte DRAM
+sector). Measured on an H100 (cold, scripts/permute_configs.py), by (0,2,1): float16 33x1000x1000 86% of
+copy with the plain tile, 97% with whole sectors; float16 33x1001x1024 79% -> 100%; float32
+33x1001x1001 74% -> 97%. DRAM bytes stay the same (Nsight Compute): the partial sectors cost L2 write
+requests and DRAM efficiency, not traffic. Pieces of 64 and 128 bytes (more rows read twice) measured
+1-3 points below 32 (notes/permute.md)."""
+
+USE_ALIGNED_WRITES = True
+"""Whether the planner picks permute_tiled_aligned for output rows that do not start on a
+WRITE_ALIGN boundary (and span more than one tile)."""
 
 TILE_SIDES: dict[int, tuple[int, ...]] = {1: (128,), 2: (64, 32), 4: (64, 32), 8: (32,)}
 """Tile sides by element size, the large first: rows of 128 or 256 bytes. The second, where there is
@@ -315,7 +343,18 @@ def compiled_tile_configs() -> list[TileConfig]:
                for vr in vecs for vw in vecs]
     configs += [TileConfig(size, vr, vw, side, shifted=True) for size, vr in SHIFTED_VEC.items()
                 for side in TILE_SIDES[size] for vw in TILE_VECS[size]]
+    configs += [TileConfig(size, vr, TILE_VECS[size][0], side, write_align=WRITE_ALIGN[size])
+                for size, vecs in TILE_VECS.items() for side in TILE_SIDES[size] for vr in vecs]
+    configs += [TileConfig(size, WORD // size, TILE_VECS[size][0], TILE_SIDES[size][0], shifted=True,
+                           write_align=WRITE_ALIGN[size]) for size in (1, 2)]
     return configs
+
+
+
+def rows_misaligned(itemsize: int, dst_row_stride: int, batch: Sequence[BatchDim], align: int) -> bool:
+    """Whether some output row (tile column) starts off an `align`-byte boundary in a destination
+    that itself starts on one."""
+    return any(stride * itemsize % align for stride in (dst_row_stride, *(b.dst_stride for b in batch)))
 
 
 def tile_vec(itemsize: int, side: int, address: int = 0) -> int:
@@ -327,10 +366,13 @@ def tile_vec(itemsize: int, side: int, address: int = 0) -> int:
 
 
 def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], src_address: int = 0,
-                dst_address: int = 0, shifted_reads: bool = USE_SHIFTED_READS) -> TileConfig:
+                dst_address: int = 0, shifted_reads: bool = USE_SHIFTED_READS, dst_row_stride: int | None = None,
+                aligned_writes: bool = USE_ALIGNED_WRITES) -> TileConfig:
     """Reads as wide as the columns and the source allow (with `shifted_reads`, shifted 8-byte reads
     where aligned ones would be narrower than 4 bytes), writes as wide as the rows and the
-    destination allow, the large tile unless the problem is small."""
+    destination allow, the large tile unless the problem is small. With `aligned_writes`, output
+    rows (of stride `dst_row_stride`, default `rows`) that start off a WRITE_ALIGN boundary are
+    written in whole aligned pieces, with the widest packs."""
     vr, vw = tile_vec(itemsize, cols, src_address), tile_vec(itemsize, rows, dst_address)
     shifted = False
     wide = SHIFTED_VEC.get(itemsize)
@@ -340,6 +382,14 @@ def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], 
     side = sides[0]
     if len(sides) > 1 and math.prod(tile_grid(rows, cols, batch, side)) < SMALL_PROBLEM_BLOCKS[itemsize]:
         side = sides[1]
+    align = WRITE_ALIGN[itemsize]
+    if (aligned_writes and not shifted and side == sides[0] and rows > side
+            and rows_misaligned(itemsize, rows if dst_row_stride is None else dst_row_stride, batch, align)):
+        if vr * itemsize >= WORD:
+            return TileConfig(itemsize, vr, TILE_VECS[itemsize][0], side, write_align=align)
+        if itemsize in WORD_READS_WITH_ALIGNED_WRITES and int(src_address) % WORD == 0:
+            return TileConfig(itemsize, WORD // itemsize, TILE_VECS[itemsize][0], side, shifted=True,
+                              write_align=align)
     return TileConfig(itemsize, vr, vw, side, shifted=shifted)
 
 
@@ -387,9 +437,10 @@ def _tile_plan(simple: Simplified, itemsize: int, addresses: Sequence[int], tile
     batch = tuple(BatchDim(simple.shape[d], in_strides[d], out_strides[out_pos[d]])
                   for d in reversed(range(n)) if d not in (row_dim, n - 1))
     if tile is None:
-        config = choose_tile(itemsize, rows, cols, batch, *addresses)
-    elif tile.itemsize == itemsize and (tile.shifted or cols % tile.vec_read == 0) and rows % tile.vec_write == 0 \
-            and addresses[0] % (tile.vec_read * itemsize) == 0 and addresses[1] % (tile.vec_write * itemsize) == 0:
+        config = choose_tile(itemsize, rows, cols, batch, *addresses, dst_row_stride=out_strides[col_pos])
+    elif tile.itemsize == itemsize and (tile.shifted or cols % tile.vec_read == 0) \
+            and (tile.write_align or rows % tile.vec_write == 0) and addresses[0] % (tile.vec_read * itemsize) == 0 \
+            and (tile.write_align or addresses[1] % (tile.vec_write * itemsize) == 0):
         config = tile
     else:
         raise PermuteError(f"tile configuration {tile} does not fit elements of {itemsize} bytes, "

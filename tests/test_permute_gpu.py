@@ -110,7 +110,8 @@ def test_misaligned_pointers_narrow_the_moves(offset):
         plan = plan_for(x, perm, out)
         k = plan.kernel
         if isinstance(k, TilePlan):
-            widths = (k.config.vec_read * 2, k.config.vec_write * 2)
+            # Aligned-write tiles align their packs themselves, wherever the output starts.
+            widths = (k.config.vec_read * 2, 2 if k.config.write_align else k.config.vec_write * 2)
         else:
             widths = (k.unit_bytes, k.unit_bytes)
         assert (x.data_ptr() % widths[0], out.data_ptr() % widths[1]) == (0, 0)
@@ -139,6 +140,39 @@ def test_shifted_reads_when_forced(dtype, shape, perm):
     permute(x, perm, out=out, config=config)
     torch.cuda.synchronize()
     _assert_bit_exact(out, expected, f"shifted {dtype} {shape} by {perm}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("shape, perm", [((3, 130, 131), (0, 2, 1)), ((2, 300, 259), (0, 2, 1)),
+                                         ((3, 257, 5, 263), (0, 3, 2, 1)), ((1000, 1001), (1, 0)),
+                                         ((2, 1001, 1024), (0, 2, 1)), ((2, 40, 3, 70, 2, 66), (1, 4, 5, 0, 2, 3))],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_aligned_writes_at_every_destination_phase(dtype, shape, perm):
+    """permute_tiled_aligned (every compiled configuration that fits) writes exactly the output,
+    and nothing around it, whatever the output's offset within an aligned piece."""
+    from bwbench.cuda.permute import permute
+    from bwbench.permute_plan import compiled_tile_configs
+
+    x = _random(shape, dtype, seed=11)
+    expected = x.permute(perm).contiguous()
+    n, size = x.numel(), x.element_size()
+    configs = [c for c in compiled_tile_configs() if c.write_align and c.itemsize == size]
+    ran = 0
+    for config in configs:
+        s = config.write_align // size
+        for offset in sorted({0, 1, s // 2, s - 1}):
+            storage = _poisoned((n + offset + s,), dtype)
+            out = storage[offset:offset + n].view(expected.shape)
+            try:
+                permute(x, perm, out=out, config=config)
+            except ValueError:   # reads wider than the columns allow
+                break
+            torch.cuda.synchronize()
+            _assert_bit_exact(out, expected, f"{config} offset {offset} {dtype} {shape} by {perm}")
+            around = torch.cat([storage[:offset], storage[offset + n:]]).view(torch.uint8)
+            assert torch.all(around == 0xFF), f"{config} offset {offset}: wrote outside the output"
+            ran += 1
+    assert ran
 
 
 def test_plans_take_the_article_paths():

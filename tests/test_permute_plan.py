@@ -4,7 +4,6 @@ put every element where x.permute(perm) puts it."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 
@@ -30,6 +29,7 @@ from bwbench.permute_plan import (
     index_type,
     movement_size,
     plan_permute,
+    rows_misaligned,
     simplify,
     tile_vec,
 )
@@ -291,10 +291,8 @@ def gather_model(plan: GatherPlan, src_units: np.ndarray) -> np.ndarray:
     return out
 
 
-def tiled_model(plan: TilePlan, src: np.ndarray) -> np.ndarray:
-    """What permute_tiled computes, tile by tile: block index -> (batch, tile row, tile column),
-    batch index -> base offsets, then rows x columns through the tile."""
-    out = np.full(src.size, -1, dtype=src.dtype)
+def _tile_origins(plan: TilePlan):
+    """(r0, c0, src_base, dst_base) of every block, decoded as the kernels do (tile_origin)."""
     t = plan.config.tile
     tiles_c, tiles_r, _ = plan.tiles
     for block in range(plan.blocks):
@@ -309,10 +307,56 @@ def tiled_model(plan: TilePlan, src: np.ndarray) -> np.ndarray:
             src_base += index * dim.src_stride
             dst_base += index * dim.dst_stride
             b = nxt
-        r0, c0 = tr * t, tc * t
+        yield tr * t, tc * t, src_base, dst_base
+
+
+def tiled_model(plan: TilePlan, src: np.ndarray, dst_phase: int = 0) -> np.ndarray:
+    """What permute_tiled computes, tile by tile: block index -> (batch, tile row, tile column),
+    batch index -> base offsets, then rows x columns through the tile. Configurations with
+    write_align go to aligned_tiled_model (dst_phase: the destination's element offset within an
+    aligned piece)."""
+    if plan.config.write_align:
+        return aligned_tiled_model(plan, src, dst_phase)
+    out = np.full(src.size, -1, dtype=src.dtype)
+    t = plan.config.tile
+    for r0, c0, src_base, dst_base in _tile_origins(plan):
         for r in range(r0, min(r0 + t, plan.rows)):
             for c in range(c0, min(c0 + t, plan.cols)):
                 out[dst_base + c * plan.dst_row_stride + r] = src[src_base + r * plan.src_row_stride + c]
+    return out
+
+
+def aligned_lead(config: TileConfig) -> int:
+    """permute_tiled_aligned's LEAD: input rows read before the tile's own (whole read steps)."""
+    s = config.write_align // config.itemsize
+    per_step = config.threads // (config.tile // config.vec_read)
+    steps = -(-(config.tile + s - 1) // per_step)
+    return steps * per_step - config.tile
+
+
+def aligned_tiled_model(plan: TilePlan, src: np.ndarray, dst_phase: int = 0) -> np.ndarray:
+    """What permute_tiled_aligned computes. Asserts on the way what the kernel relies on: every
+    element it writes was among the rows it read, every element is written exactly once, and an
+    interior tile writes whole aligned pieces of exactly `tile` elements per row."""
+    config = plan.config
+    t, s, lead = config.tile, config.write_align // config.itemsize, aligned_lead(config)
+    out = np.full(src.size, -1, dtype=src.dtype)
+    writes = np.zeros(src.size, dtype=np.int64)
+    for r0, c0, src_base, dst_base in _tile_origins(plan):
+        read = range(r0 - lead if r0 > 0 else 0, min(r0 + t, plan.rows))
+        interior = r0 > 0 and plan.rows - r0 > t and plan.cols - c0 >= t
+        for c in range(c0, min(c0 + t, plan.cols)):
+            row = dst_base + c * plan.dst_row_stride
+            m = (dst_phase + row + r0) % s
+            begin = r0 - m if r0 > 0 else 0
+            end = plan.rows if plan.rows - r0 <= t else r0 + t - m
+            if interior:
+                assert (dst_phase + row + begin) % s == 0 and end - begin == t
+            for r in range(begin, end):
+                assert r in read, (r0, c0, r, read)
+                out[row + r] = src[src_base + r * plan.src_row_stride + c]
+                writes[row + r] += 1
+    assert writes.max() == 1, "an element written twice"
     return out
 
 
@@ -352,6 +396,57 @@ def test_tiled_model_on_edge_tiles_and_batches():
         assert isinstance(plan.kernel, TilePlan)
         expected = np.ascontiguousarray(x.transpose(perm)).reshape(-1)
         assert np.array_equal(tiled_model(plan.kernel, x.reshape(-1)), expected), (shape, perm)
+
+
+def test_aligned_writes_where_output_rows_start_off_a_sector():
+    # Rows of 1000 halves (2000 bytes) start 16 bytes off a 32-byte sector every other row.
+    assert plan_permute((33, 1000, 1000), (0, 2, 1), 2).kernel.config == TileConfig(2, 4, 4, 64, write_align=32)
+    # Odd float16 columns (reads of single halves) keep the plain tile: measured no faster.
+    assert plan_permute((33, 1000, 1001), (0, 2, 1), 2).kernel.config == TileConfig(2, 1, 4, 64)
+    # Odd int8 columns: rows read as 4-byte words shifted into place, unless the source is not
+    # 4-byte aligned.
+    assert plan_permute((3, 1000, 1001), (0, 2, 1), 1).kernel.config == TileConfig(1, 4, 8, 128, shifted=True,
+                                                                                     write_align=32)
+    assert not choose_tile(1, 1000, 1001, (BatchDim(3, 1, 1),), src_address=2).write_align
+    # Small problems (the 32-wide tile) keep permute_tiled: measured faster there.
+    assert plan_permute((1000, 1001), (1, 0), 2).kernel.config.write_align == 0
+    # Odd output rows still get 8-byte packs: the pieces, not the rows, set the alignment.
+    assert plan_permute((3, 1001, 1024), (0, 2, 1), 2).kernel.config == TileConfig(2, 4, 4, 64, write_align=32)
+    # Rows that start on sectors (1000 floats, 1024 halves) and rows within one tile keep permute_tiled.
+    assert plan_permute((33, 1000, 1001), (0, 2, 1), 4).kernel.config.write_align == 0
+    assert plan_permute((33, 1001, 1001), (0, 2, 1), 4).kernel.config == TileConfig(4, 1, 2, 64, write_align=32)
+    assert plan_permute((33, 1024, 1001), (0, 2, 1), 2).kernel.config.write_align == 0
+    assert plan_permute((7, 30, 1001), (0, 2, 1), 2).kernel.config.write_align == 0
+    # A batch stride off a sector is enough.
+    assert rows_misaligned(2, 1024, (BatchDim(3, 1, 1001),), 32)
+    assert not rows_misaligned(2, 1024, (BatchDim(3, 1, 1024),), 32)
+    assert not choose_tile(2, 1000, 1001, (), aligned_writes=False).write_align
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+@pytest.mark.parametrize("shape, perm", [((3, 70, 131), (0, 2, 1)), ((130, 301), (1, 0)), ((2, 257, 3, 75), (1, 3, 0, 2)),
+                                         ((300, 40), (1, 0)), ((2, 129, 65), (0, 2, 1))],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_aligned_tiled_model_matches_numpy_at_any_destination_phase(itemsize, shape, perm):
+    """Every compiled aligned configuration of the element size, every destination offset within
+    a piece: the same output as NumPy, each element written once, read rows covering the writes."""
+    x = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    expected = np.ascontiguousarray(x.transpose(perm)).reshape(-1)
+    configs = [c for c in compiled_tile_configs() if c.write_align and c.itemsize == itemsize]
+    assert configs
+    fitted = 0
+    for config in configs:
+        try:
+            plan = plan_permute(shape, perm, itemsize, config=config)
+        except PermuteError:   # reads wider than the columns allow
+            continue
+        fitted += 1
+        s = config.write_align // itemsize
+        assert aligned_lead(config) >= s - 1
+        for phase in sorted({0, 1, s // 2, s - 1}):
+            got = tiled_model(plan.kernel, x.reshape(-1), dst_phase=phase)
+            assert np.array_equal(got, expected), (config, phase)
+    assert fitted
 
 
 @pytest.mark.parametrize("vec, tile", [(4, 64), (4, 32), (8, 128), (2, 64)])

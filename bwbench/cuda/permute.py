@@ -54,8 +54,10 @@ def gather_kernel_name(unit_bytes: int, index: str, config: GatherConfig = GATHE
 
 
 def tiled_kernel_name(config: TileConfig, index: str) -> str:
-    return (f"permute_tiled<{config.itemsize}, {config.vec_read}, {config.vec_write}, {config.tile}, "
-            f"{config.threads}, {_INDEX_CPP[index]}, {'true' if config.shifted else 'false'}>")
+    common = f"{config.itemsize}, {config.vec_read}, {config.vec_write}, {config.tile}, {config.threads}, {_INDEX_CPP[index]}"
+    if config.write_align:
+        return f"permute_tiled_aligned<{common}, {config.write_align}, {'true' if config.shifted else 'false'}>"
+    return f"permute_tiled<{common}, {'true' if config.shifted else 'false'}>"
 
 
 def naive_kernel_name(itemsize: int) -> str:
