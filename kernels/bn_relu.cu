@@ -369,8 +369,9 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 // ---------------------------------------------------------------------------------------------
 // Finalize: a block per channel merges its S partials (threads stride over them, then the block's
 // tree), so the loads of a thousand partials are in flight together. (A warp per channel walked
-// 33 partials a lane one after another: 12 us for the NHWC grid's S = 1056 on an H100.) The fused
-// NHWC kernels run the same merge in their phase B. blockDim.x is kBlock.
+// 33 partials a lane one after another: 12 us for the NHWC grid's S = 1056 on an H100.) Where S is
+// small (NCHW with C near a wave of blocks: S = 1 at 2048 channels) a warp per channel is used
+// instead. The fused NHWC kernels run the block merge in their phase B. blockDim.x is kBlock.
 // ---------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ Stat merge_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
@@ -388,25 +389,53 @@ __device__ __forceinline__ float2 sum_channel_partials(const float* __restrict__
     return make_float2(block_sum(sg, 1), block_sum(sgx, 1));
 }
 
-template <typename T>
+// With few partials (S of one to a few per lane) a block-wide tree per channel costs more than
+// the loads: WARPS = true gives each warp a channel (kBlock / 32 channels per block).
+constexpr int kChannelsPerWarpBlock = kBlock / 32;
+
+template <typename T, bool WARPS>
 __global__ void bn_stats_finalize(const float* __restrict__ ws, int S, const T* __restrict__ x, int shift_stride,
                                   float eps, float* __restrict__ mean, float* __restrict__ invstd, int C) {
-    const int c = blockIdx.x;
-    const Stat t = merge_channel_partials(ws, S, C, c);
-    if (threadIdx.x == 0) {
-        mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
-        invstd[c] = invstd_of(t, eps);
+    Stat t;
+    int c;
+    if constexpr (WARPS) {
+        c = blockIdx.x * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5);
+        if (c >= C) return;  // the whole warp
+        t = Stat{0.0f, 0.0f, 0.0f};
+        for (int p = threadIdx.x & 31; p < S; p += 32) t = chan_merge(t, load_partial(ws, p, S, C, c));
+        t = warp_merge_strided(t, 1);
+        if ((threadIdx.x & 31) != 0) return;
+    } else {
+        c = blockIdx.x;
+        t = merge_channel_partials(ws, S, C, c);
+        if (threadIdx.x != 0) return;
     }
+    mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
+    invstd[c] = invstd_of(t, eps);
 }
 
+template <bool WARPS>
 __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const float* __restrict__ invstd,
                                  float* __restrict__ dgamma, float* __restrict__ dbeta, int C) {
-    const int c = blockIdx.x;
-    const float2 t = sum_channel_partials(ws, S, C, c);
-    if (threadIdx.x == 0) {
-        dbeta[c] = t.x;
-        dgamma[c] = t.y * invstd[c];
+    float2 t;
+    int c;
+    if constexpr (WARPS) {
+        c = blockIdx.x * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5);
+        if (c >= C) return;
+        float sg = 0.0f, sgx = 0.0f;
+        for (int p = threadIdx.x & 31; p < S; p += 32) {
+            sg += __ldcg(ws + p * C + c);
+            sgx += __ldcg(ws + p * C + c + S * C);
+        }
+        t = make_float2(warp_sum_strided(sg, 1), warp_sum_strided(sgx, 1));
+        if ((threadIdx.x & 31) != 0) return;
+    } else {
+        c = blockIdx.x;
+        t = sum_channel_partials(ws, S, C, c);
+        if (threadIdx.x != 0) return;
     }
+    dbeta[c] = t.x;
+    dgamma[c] = t.y * invstd[c];
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -348,3 +348,11 @@ def test_y_allowance_covers_one_rounding_of_each_term_and_no_more():
     assert mod._compare_terms("y", unfused, want, tol, 0.0) is not None  # cancellation needs the allowance
     off = unfused.double() + 4 * terms
     assert mod._compare_terms("y", off, want, tol, terms) is not None
+
+
+def test_finalize_takes_a_warp_per_channel_only_for_few_partials():
+    from bwbench.cuda.bn_relu import BLOCK, FEW_PARTIALS, finalize_grid
+
+    assert finalize_grid(2048, 1) == (True, 2048 // (BLOCK // 32))
+    assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // (BLOCK // 32) + 1)
+    assert finalize_grid(256, 1056) == (False, 256)

@@ -153,6 +153,29 @@ def test_one_launch_and_three_kernel_paths_both_match_reference(shape, nchw, nhw
         assert ok, f"{case} fused={fused}: {message}"
 
 
+@pytest.mark.parametrize("few_partials", [0, 10**9], ids=["block-per-channel", "warp-per-channel"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shape", [(3, 70, 5, 7), (8, 2048, 7, 7), (2, 9, 33, 31)], ids=lambda v: "x".join(map(str, v)))
+def test_both_finalize_kernels_match_reference(shape, layout, direction, few_partials, monkeypatch):
+    """The three-kernel path's finalize, forced to a block per channel and to a warp per channel
+    (whatever the partial count), passes the suite's check."""
+    from bwbench.cuda import bn_relu as launcher
+
+    monkeypatch.setattr(launcher, "FEW_PARTIALS", few_partials)
+    case = _case(direction, "bn_relu", shape, layout, "float16")
+    inputs = _inputs(case, seed=sum(shape) + few_partials % 97)
+    _poison(inputs["x"].numel() * 8)
+    if direction == "forward":
+        out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"], fused=False)
+    else:
+        out = launcher.bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"], inputs["invstd"],
+                                        inputs["gamma"], fused=False)
+    torch.cuda.synchronize()
+    ok, message = MOD.check(case, inputs, out)
+    assert ok, f"{case} few_partials={few_partials}: {message}"
+
+
 def test_one_launch_path_repeats_and_runs_on_two_streams():
     """The grid barrier resets itself: many launches in a row, and on a second stream (its own
     counters), keep giving the same statistics as the three-kernel path."""

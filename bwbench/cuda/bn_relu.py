@@ -63,8 +63,8 @@ SOURCE = KernelSource(
     "bn_relu.cu",
     name_expressions=(
         *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
-        *(f"bnr::bn_stats_finalize<{t}>" for t in _TYPES),
-        "bnr::bn_grad_finalize",
+        *(f"bnr::bn_stats_finalize<{t}, {w}>" for t in _TYPES for w in _B),
+        *(f"bnr::bn_grad_finalize<{w}>" for w in _B),
         *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
           for t in _TYPES for nhwc in _B for vec in _B for res in _B),
         *(f"bnr::{k}_{layout}<{t}, {res}>" for k in ("bn_relu_fused", "bn_relu_backward_fused")
@@ -268,6 +268,20 @@ def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
     return ctype, pack, fits and _aligned(x, *others)
 
 
+FEW_PARTIALS = 128
+"""Up to this many partials per channel the finalize gives each channel a warp (at most 4 loads a
+lane) instead of a block: at (32, 2048, 7, 7) NCHW, S = 1, the block per channel made the forward
+11-12% slower on an H200 than the warp per channel it had replaced."""
+
+
+def finalize_grid(channels: int, partials: int) -> tuple[bool, int]:
+    """(a warp per channel?, blocks) of the finalize kernel for `partials` partials per channel."""
+    if partials <= FEW_PARTIALS:
+        per_block = BLOCK // 32
+        return True, -(-channels // per_block)
+    return False, channels
+
+
 def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x: torch.Tensor, leading: tuple,
             ws_arrays: int) -> tuple[torch.Tensor, int]:
     """Launch a per-channel reduction kernel; returns its workspace and S."""
@@ -321,9 +335,10 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
                    vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words)):
         return y, mask, mean, invstd
     ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
-    fin = module.kernel(f"bnr::bn_stats_finalize<{ctype}>")
-    fin(c, BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1),
-                                     np.float32(eps), mean, invstd, np.int32(c)))
+    warps, grid = finalize_grid(c, splits)
+    module.kernel(f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>")(
+        grid, BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean,
+                      invstd, np.int32(c)))
     apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
     apply(blocks, BLOCK, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c), np.int32(h * w)))
@@ -361,8 +376,9 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
                    pack, vec, fused, 2, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
         return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
     ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
-    module.kernel("bnr::bn_grad_finalize")(c, BLOCK,
-                                           (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
+    warps, grid = finalize_grid(c, splits)
+    module.kernel(f"bnr::bn_grad_finalize<{b(warps)}>")(grid, BLOCK,
+                                                        (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
     apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
     apply(blocks, BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, np.int32(numel),
