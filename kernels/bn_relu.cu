@@ -389,6 +389,22 @@ __device__ __forceinline__ float2 sum_channel_partials(const float* __restrict__
     return make_float2(block_sum(sg, 1), block_sum(sgx, 1));
 }
 
+// The same merges by one warp (lane 0 gets the result), for few partials.
+__device__ __forceinline__ Stat warp_merge_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
+    Stat t = {0.0f, 0.0f, 0.0f};
+    for (int p = threadIdx.x & 31; p < S; p += 32) t = chan_merge(t, load_partial(ws, p, S, C, c));
+    return warp_merge_strided(t, 1);
+}
+
+__device__ __forceinline__ float2 warp_sum_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
+    float sg = 0.0f, sgx = 0.0f;
+    for (int p = threadIdx.x & 31; p < S; p += 32) {
+        sg += __ldcg(ws + p * C + c);
+        sgx += __ldcg(ws + p * C + c + S * C);
+    }
+    return make_float2(warp_sum_strided(sg, 1), warp_sum_strided(sgx, 1));
+}
+
 // With few partials (S of one to a few per lane) a block-wide tree per channel costs more than
 // the loads: WARPS = true gives each warp a channel (kBlock / 32 channels per block).
 constexpr int kChannelsPerWarpBlock = kBlock / 32;
@@ -401,9 +417,7 @@ __global__ void bn_stats_finalize(const float* __restrict__ ws, int S, const T* 
     if constexpr (WARPS) {
         c = blockIdx.x * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5);
         if (c >= C) return;  // the whole warp
-        t = Stat{0.0f, 0.0f, 0.0f};
-        for (int p = threadIdx.x & 31; p < S; p += 32) t = chan_merge(t, load_partial(ws, p, S, C, c));
-        t = warp_merge_strided(t, 1);
+        t = warp_merge_channel_partials(ws, S, C, c);
         if ((threadIdx.x & 31) != 0) return;
     } else {
         c = blockIdx.x;
@@ -422,12 +436,7 @@ __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const floa
     if constexpr (WARPS) {
         c = blockIdx.x * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5);
         if (c >= C) return;
-        float sg = 0.0f, sgx = 0.0f;
-        for (int p = threadIdx.x & 31; p < S; p += 32) {
-            sg += __ldcg(ws + p * C + c);
-            sgx += __ldcg(ws + p * C + c + S * C);
-        }
-        t = make_float2(warp_sum_strided(sg, 1), warp_sum_strided(sgx, 1));
+        t = warp_sum_channel_partials(ws, S, C, c);
         if ((threadIdx.x & 31) != 0) return;
     } else {
         c = blockIdx.x;
@@ -713,9 +722,7 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
     __shared__ FwdCoef shared_coef;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (warp == 0) {  // the channel's S partials (S is at most a few dozen here)
-        Stat u = {0.0f, 0.0f, 0.0f};
-        for (int p = lane; p < S; p += 32) u = chan_merge(u, load_partial(ws, p, S, C, c));
-        u = warp_merge_strided(u, 1);
+        const Stat u = warp_merge_channel_partials(ws, S, C, c);
         if (lane == 0) {
             const float m = shift + u.mean, is = invstd_of(u, eps);
             shared_coef = FwdCoef{m, is * g, bt};
@@ -848,13 +855,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_backward_fused_nchw(
     __shared__ BwdCoef shared_coef;
     if (threadIdx.x < 32) {  // the channel's S partials (S is at most a few dozen here)
         const int lane = threadIdx.x;
-        float sg = 0.0f, sgx = 0.0f;
-        for (int p = lane; p < S; p += 32) {
-            sg += __ldcg(ws + p * C + c);
-            sgx += __ldcg(ws + p * C + c + S * C);
-        }
-        sg = warp_sum_strided(sg, 1);
-        sgx = warp_sum_strided(sgx, 1);
+        const float2 sums = warp_sum_channel_partials(ws, S, C, c);
+        const float sg = sums.x, sgx = sums.y;
         if (lane == 0) {
             const float dg = sgx * is;
             shared_coef = BwdCoef{mu, gm * is, sg * inv_m, dg * is * inv_m};

@@ -148,6 +148,29 @@ __device__ __forceinline__ TileOrigin<I> tile_origin(u64 tiles_c_div, u64 tiles_
 // The largest divisor of n that is at most cap: loads go out in groups that split the steps evenly.
 __host__ __device__ constexpr int group_of(int n, int cap) { return n <= cap ? n : (n % cap == 0 ? cap : group_of(n, cap - 1)); }
 
+// The full-tile read of the tiled kernels: STEPS rows of VR-element packs, YR rows apart, into
+// tile rows yr, yr + YR, ... at column xr * VR. Loads go out in groups of GROUP before their
+// shared-memory stores, so many are in flight without holding the whole tile in registers.
+template <typename U, int VR, int YR, int STEPS, int GROUP, int COLS, typename I>
+__device__ __forceinline__ void read_packed_rows(U (*tile)[COLS], const U* __restrict__ src, I row_stride, int xr,
+                                                 int yr) {
+    typedef bw::Pack<U, VR> PR;
+    static_assert(STEPS % GROUP == 0, "groups must split the steps");
+#pragma unroll
+    for (int g = 0; g < STEPS; g += GROUP) {
+        PR v[GROUP];
+#pragma unroll
+        for (int k = 0; k < GROUP; ++k) {
+            v[k] = *reinterpret_cast<const PR*>(src + static_cast<I>(yr + (g + k) * YR) * row_stride);
+        }
+#pragma unroll
+        for (int k = 0; k < GROUP; ++k) {
+#pragma unroll
+            for (int e = 0; e < VR; ++e) tile[yr + (g + k) * YR][xr * VR + e] = v[k].v[e];
+        }
+    }
+}
+
 }  // namespace bwperm
 
 #define BWPERM_SLOTS(type, name) \
@@ -250,7 +273,7 @@ __global__ void __launch_bounds__(THREADS)
     if (rows_left >= TILE && cols_left >= TILE) {
         // Full tile: no bounds at all. Loads go out in groups of up to 16 before their shared-memory
         // stores, so many are in flight without holding a whole 1-byte-per-access tile in registers.
-        constexpr int GROUP = SR < 16 ? SR : 16;
+        constexpr int GROUP = group_of(SR, 16);
         if constexpr (SHIFT) {
             const U* __restrict__ base = static_cast<const U*>(src_ptr);
             const I row0 = src_base + r0 * src_row_stride + c0;
@@ -289,19 +312,7 @@ __global__ void __launch_bounds__(THREADS)
                 }
             }
         } else {
-#pragma unroll
-            for (int g = 0; g < SR; g += GROUP) {
-                PR v[GROUP];
-#pragma unroll
-                for (int k = 0; k < GROUP; ++k) {
-                    v[k] = *reinterpret_cast<const PR*>(src + static_cast<I>(yr + (g + k) * YR) * src_row_stride);
-                }
-#pragma unroll
-                for (int k = 0; k < GROUP; ++k) {
-#pragma unroll
-                    for (int e = 0; e < VR; ++e) tile[yr + (g + k) * YR][xr * VR + e] = v[k].v[e];
-                }
-            }
+            read_packed_rows<U, VR, YR, SR, GROUP>(tile, src, src_row_stride, xr, yr);
         }
         __syncthreads();
 #pragma unroll
@@ -432,19 +443,7 @@ __global__ void __launch_bounds__(THREADS)
                 }
             }
         } else {
-#pragma unroll
-            for (int g = 0; g < SR; g += GROUP) {
-                PR v[GROUP];
-#pragma unroll
-                for (int k = 0; k < GROUP; ++k) {
-                    v[k] = *reinterpret_cast<const PR*>(src + static_cast<I>(yr + (g + k) * YR) * src_row_stride);
-                }
-#pragma unroll
-                for (int k = 0; k < GROUP; ++k) {
-#pragma unroll
-                    for (int e = 0; e < VR; ++e) tile[yr + (g + k) * YR][xr * VR + e] = v[k].v[e];
-                }
-            }
+            read_packed_rows<U, VR, YR, SR, GROUP>(tile, src, src_row_stride, xr, yr);
         }
         __syncthreads();
 #pragma unroll
