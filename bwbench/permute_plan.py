@@ -350,7 +350,6 @@ def compiled_tile_configs() -> list[TileConfig]:
     return configs
 
 
-
 def rows_misaligned(itemsize: int, dst_row_stride: int, batch: Sequence[BatchDim], align: int) -> bool:
     """Whether some output row (tile column) starts off an `align`-byte boundary in a destination
     that itself starts on one."""

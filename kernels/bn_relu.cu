@@ -409,42 +409,40 @@ __device__ __forceinline__ float2 warp_sum_channel_partials(const float* __restr
 // the loads: WARPS = true gives each warp a channel (kBlock / 32 channels per block).
 constexpr int kChannelsPerWarpBlock = kBlock / 32;
 
+// The channel a finalize thread works on (WARPS: its warp's), and whether it writes the result.
+template <bool WARPS>
+__device__ __forceinline__ int finalize_channel() {
+    return WARPS ? static_cast<int>(blockIdx.x) * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5)
+                 : static_cast<int>(blockIdx.x);
+}
+
+template <bool WARPS>
+__device__ __forceinline__ bool finalize_writer() {
+    return (threadIdx.x & (WARPS ? 31u : static_cast<unsigned>(kBlock - 1))) == 0;
+}
+
 template <typename T, bool WARPS>
 __global__ void bn_stats_finalize(const float* __restrict__ ws, int S, const T* __restrict__ x, int shift_stride,
                                   float eps, float* __restrict__ mean, float* __restrict__ invstd, int C) {
-    Stat t;
-    int c;
-    if constexpr (WARPS) {
-        c = blockIdx.x * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5);
-        if (c >= C) return;  // the whole warp
-        t = warp_merge_channel_partials(ws, S, C, c);
-        if ((threadIdx.x & 31) != 0) return;
-    } else {
-        c = blockIdx.x;
-        t = merge_channel_partials(ws, S, C, c);
-        if (threadIdx.x != 0) return;
+    const int c = finalize_channel<WARPS>();
+    if (WARPS && c >= C) return;  // the whole warp leaves; the warp path has no block barrier
+    const Stat t = WARPS ? warp_merge_channel_partials(ws, S, C, c) : merge_channel_partials(ws, S, C, c);
+    if (finalize_writer<WARPS>()) {
+        mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
+        invstd[c] = invstd_of(t, eps);
     }
-    mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
-    invstd[c] = invstd_of(t, eps);
 }
 
 template <bool WARPS>
 __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const float* __restrict__ invstd,
                                  float* __restrict__ dgamma, float* __restrict__ dbeta, int C) {
-    float2 t;
-    int c;
-    if constexpr (WARPS) {
-        c = blockIdx.x * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5);
-        if (c >= C) return;
-        t = warp_sum_channel_partials(ws, S, C, c);
-        if ((threadIdx.x & 31) != 0) return;
-    } else {
-        c = blockIdx.x;
-        t = sum_channel_partials(ws, S, C, c);
-        if (threadIdx.x != 0) return;
+    const int c = finalize_channel<WARPS>();
+    if (WARPS && c >= C) return;
+    const float2 t = WARPS ? warp_sum_channel_partials(ws, S, C, c) : sum_channel_partials(ws, S, C, c);
+    if (finalize_writer<WARPS>()) {
+        dbeta[c] = t.x;
+        dgamma[c] = t.y * invstd[c];
     }
-    dbeta[c] = t.x;
-    dgamma[c] = t.y * invstd[c];
 }
 
 // ---------------------------------------------------------------------------------------------

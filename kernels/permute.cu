@@ -464,12 +464,13 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int k = 0; k < SR; ++k) {
             const int row = yr + k * YR;
-            if (SHIFT && row >= first && row < LEAD + rv) {
+            if (row < first || row >= LEAD + rv) continue;
+            if constexpr (SHIFT) {  // rows start anywhere: single elements
 #pragma unroll
                 for (int e = 0; e < VR; ++e) {
                     if (xr * VR + e < cv) tile[row][xr * VR + e] = src[static_cast<I>(row) * src_row_stride + e];
                 }
-            } else if (!SHIFT && read_ok && row >= first && row < LEAD + rv) {
+            } else if (read_ok) {
                 const PR p = *reinterpret_cast<const PR*>(src + static_cast<I>(row) * src_row_stride);
 #pragma unroll
                 for (int e = 0; e < VR; ++e) tile[row][xr * VR + e] = p.v[e];
