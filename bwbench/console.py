@@ -84,6 +84,8 @@ def device_table(env: dict[str, Any]) -> Table:
         ("torch / cupy / cuDNN", f"{env.get('torch_version')} / {env.get('cupy_version')} / {env.get('cudnn_version')}"),
         ("bwbench", f"{env.get('bwbench_version')} ({env.get('git_commit') or 'no git'})"),
     ]
+    if env.get("kernel_options"):
+        rows.append(("kernel options", env["kernel_options"]))
     for key, value in rows:
         table.add_row(key, str(value))
     return table

@@ -34,6 +34,7 @@ ENVIRONMENT_ROWS = (
     ("copy_gbps", "Measured copy"),
     ("bwbench_version", "bwbench"),
     ("git_commit", "Git commit"),
+    ("kernel_options", "Kernel options"),
     ("host", "Host"),
     ("created", "Time"),
 )

@@ -159,6 +159,8 @@ def test_occupancy_and_attributes() -> None:
     assert 1 <= per_sm <= 32
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     assert grid_size(kernel, 256, 10**9) == sms * per_sm
+    assert grid_size(kernel, 256, 10**9, waves=2) == 2 * sms * per_sm
+    assert grid_size(kernel, 256, 10**9, waves=None) == 10**9
     assert grid_size(kernel, 256, 3) == 3
     attrs = kernel.attributes()
     assert attrs["num_regs"] > 0 and attrs["local_size_bytes"] == 0

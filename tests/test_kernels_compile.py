@@ -337,6 +337,35 @@ def test_check_matrix_names_the_function_and_argument() -> None:
         loader.check_matrix(torch.zeros(2, 3), "naive_softmax_backward", "dy")
 
 
+def test_grid_size_waves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One wave by default, `waves` of them, or (None) a block for every piece of work up to
+    CUDA's grid limit; a kernel that fits no block on an SM is refused."""
+    class Props:
+        multi_processor_count = 132
+
+    occupancy = {"value": 6}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    monkeypatch.setattr(loader, "max_active_blocks_per_sm", lambda *args, **kw: occupancy["value"])
+    kernel = object.__new__(loader.Kernel)
+    kernel.name = "k"
+    assert loader.grid_size(kernel, 128, 10**6, device=0) == 132 * 6
+    assert loader.grid_size(kernel, 128, 10**6, device=0, waves=3) == 132 * 6 * 3
+    assert loader.grid_size(kernel, 128, 10**6, device=0, waves=None) == 10**6
+    assert loader.grid_size(kernel, 128, 2**40, device=0, waves=None) == loader.MAX_GRID
+    assert loader.grid_size(kernel, 128, 0, device=0, waves=None) == 1
+    assert loader.grid_size(kernel, 128, 5, device=0) == 5
+    occupancy["value"] = 0
+    with pytest.raises(RuntimeError, match="occupancy 0"):
+        loader.grid_size(kernel, 1024, 10, device=0, waves=None)
+
+
+def test_extra_nvrtc_options_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(loader.EXTRA_OPTIONS_ENV, raising=False)
+    assert loader.extra_options() == ()
+    monkeypatch.setenv(loader.EXTRA_OPTIONS_ENV, '-lineinfo -DNAME="a b"')
+    assert loader.extra_options() == ("-lineinfo", "-DNAME=a b")
+
+
 def test_device_index_of_devices_and_numbers() -> None:
     assert loader.device_index(3) == 3
     assert loader.device_index(torch.device("cuda", 2)) == 2

@@ -44,6 +44,7 @@ __all__ = [
     "cpp_type",
     "declared_sources",
     "device_index",
+    "MAX_GRID",
     "grid_size",
     "kernel_arguments",
     "launch",
@@ -62,6 +63,11 @@ HASH_COMMENT = "// bwbench-sources-sha256: "
 
 # Options every kernel is compiled with (before the source's own).
 BASE_OPTIONS = ("-std=c++17",)
+
+EXTRA_OPTIONS_ENV = "BWBENCH_NVRTC_OPTIONS"
+"""Extra NVRTC options for every kernel, after the source's own: e.g. `-lineinfo` for Nsight
+Compute's source view, or `-DBW_MEM_HINT=2` to try the cache hints of kernels/common.cuh. A run
+records them in its environment (`kernel_options`), since they change what was measured."""
 
 # torch dtype -> the C++ storage type the kernels are instantiated for (kernels/common.cuh).
 _CPP_TYPES: dict[torch.dtype, str] = {
@@ -282,8 +288,16 @@ class CompiledModule:
 
 
 _MODULES: dict[tuple[Any, ...], CompiledModule] = {}  # by (source, options, sources hash)
-_FAST: dict[tuple[KernelSource, str], CompiledModule] = {}  # by (source, folder): skips re-hashing
+_FAST: dict[tuple[KernelSource, str, tuple[str, ...]], CompiledModule] = {}  # by (source, folder, extra options): skips re-hashing
 _COMPILE_LOCK = threading.Lock()
+
+
+def extra_options() -> tuple[str, ...]:
+    """The options of $BWBENCH_NVRTC_OPTIONS (shell-style words), or () when unset."""
+    import os
+    import shlex
+
+    return tuple(shlex.split(os.environ.get(EXTRA_OPTIONS_ENV, "")))
 
 
 def code_for(source: KernelSource, folder: Path | str | None = None) -> tuple[str, str]:
@@ -303,7 +317,8 @@ def load(source: KernelSource, folder: Path | str | None = None) -> CompiledModu
     source does not compile or a declared name expression is not in it.
     """
     folder = Path(folder) if folder is not None else kernels_dir()
-    fast_key = (source, str(folder))
+    extra = extra_options()
+    fast_key = (source, str(folder), extra)
     module = _FAST.get(fast_key)
     if module is not None:
         return module
@@ -312,7 +327,7 @@ def load(source: KernelSource, folder: Path | str | None = None) -> CompiledModu
         if module is not None:
             return module
         code, digest = code_for(source, folder)
-        options = BASE_OPTIONS + (f"-I{folder}",) + source.options
+        options = BASE_OPTIONS + (f"-I{folder}",) + source.options + extra
         key = (source.filename, source.name_expressions, options, digest)
         module = _MODULES.get(key)
         if module is None:
@@ -521,10 +536,16 @@ def max_active_blocks_per_sm(kernel: Kernel, block_threads: int, dynamic_smem_by
     return blocks
 
 
+MAX_GRID = 2**31 - 1
+"""CUDA's largest grid.x."""
+
+
 def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem_bytes: int = 0,
-              device: int | torch.device | None = None) -> int:
-    """Blocks for a grid-stride launch: one full wave (SMs x resident blocks per SM), or fewer when
-    the work needs fewer. Never 0: callers return early on empty inputs."""
+              device: int | torch.device | None = None, waves: int | None = 1) -> int:
+    """Blocks for a launch of a grid-stride kernel with `work_blocks` blocks' worth of work: at
+    most `waves` full waves (SMs x resident blocks per SM; the blocks then stride over the rest),
+    or with waves=None a block for every piece of work, up to MAX_GRID. Never 0: callers return
+    early on empty inputs. RuntimeError where not one block fits on an SM."""
     device = device_index(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     per_sm = max_active_blocks_per_sm(kernel, block_threads, dynamic_smem_bytes, device)
@@ -533,7 +554,8 @@ def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem
             f"{kernel.name} cannot run {block_threads} threads per block with {dynamic_smem_bytes} bytes "
             "of dynamic shared memory on this device (occupancy 0)"
         )
-    return max(1, min(int(work_blocks), sms * per_sm))
+    cap = MAX_GRID if waves is None else sms * per_sm * int(waves)
+    return max(1, min(int(work_blocks), cap, MAX_GRID))
 
 
 def launch_grid_stride(kernel: Kernel, block_threads: int, work_blocks: int, args: Sequence[Any],
