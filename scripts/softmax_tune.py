@@ -170,7 +170,7 @@ def main() -> int:
                             record["tier"] = "torch"
                         else:
                             overrides = dict(overrides)
-                            s.GRID_WAVES = overrides.pop("waves", 32)
+                            s.GRID_WAVES = overrides.pop("waves", None)
                             s._PLANS.clear()
                             plan = s.plan_launch(op, rows, cols, dtype, **overrides)
                             record.update(tier=plan.tier, block=plan.block, grid=plan.grid, smem=plan.smem,

@@ -101,6 +101,27 @@ def test_optimized_matches_reference(dtype, tier, rms):
 
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("tier,cols", [("warp", 200), ("warp", 64), ("registers", 4096), ("smem", 2048),
+                                       ("uncached", 1544)])
+def test_row_loop_covers_more_rows_than_the_grid(monkeypatch, tier, cols, rms):
+    """The launches give every row group its own block; with one wave the kernels' row loop must
+    cover the rest (it does for row counts past CUDA's grid limit)."""
+    from bwbench.cuda import norm
+
+    monkeypatch.setattr(norm, "GRID_WAVES", 1)
+    monkeypatch.setattr(norm, "_PLANS", {})
+    monkeypatch.setattr(norm, "_LAUNCHES", {})
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = sms * (2048 if tier == "warp" else 64) + 5  # past one wave of blocks of up to 128 rows
+    x = _random(rows, cols, torch.float16, seed=cols + 5)
+    gamma, beta = _params(cols, torch.float16, seed=cols + 6)
+    got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier)
+    step = norm.chosen_launch(x, rms, tier=tier)
+    assert step is not None and step.grid * step.plan.rows_per_block < rows, "the loop is not exercised"
+    _check(got, x, gamma, beta, rms, f"tier={tier} rows={rows} cols={cols} with one wave")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_naive_matches_reference(dtype, rms):
     for rows, cols in CASES:

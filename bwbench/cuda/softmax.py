@@ -24,6 +24,7 @@ from bwbench.cuda.loader import (
     check_matrix,
     cpp_type,
     device_index,
+    grid_size,
     launch,
     launch_grid_stride,
     load,
@@ -251,12 +252,13 @@ def load_thresholds(path: str | None = None) -> dict[str, dispatch.Thresholds]:
 
 THRESHOLDS = load_thresholds()
 
-GRID_WAVES = 32
-"""Blocks launched per resident block slot, at most (OneFlow's waves): enough blocks that the tail
-of the last wave is short, few enough that huge row counts grid-stride instead of launching
-millions of blocks."""
-
-_MAX_GRID = 2**31 - 1
+GRID_WAVES: int | None = None
+"""Blocks launched per resident block slot, at most, the rest of the rows grid-striding (OneFlow
+caps its grid at 32 waves); None: a block for every row or row group. Measured on an H200
+(2026-11-24, notes/softmax.md), one block per row beat 32 waves where a block works on one row at
+a time: the backward at 16384 columns 100% -> 102% of copy, the forward at 16384 95% -> 97%, the
+float32 backward at 32768 (uncached) 68% -> 80%; the other cols were even. Tests set a small
+number to exercise the row loop."""
 
 
 @dataclass(frozen=True)
@@ -404,11 +406,9 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
         smem = smem_needed if choice.tier == "smem" else 0
         if smem:
             _prepare_smem(kernel, dev)
-    per_sm = max_active_blocks_per_sm(kernel, threads, smem, dev)
-    if per_sm < 1:
+    if max_active_blocks_per_sm(kernel, threads, smem, dev) < 1:
         raise ValueError(f"{name} cannot launch {threads} threads with {smem} bytes of shared memory here")
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    grid = max(1, min(work, sms * per_sm * GRID_WAVES, _MAX_GRID))
+    grid = grid_size(kernel, threads, work, smem, dev, waves=GRID_WAVES)
     plan = SoftmaxLaunch(op, choice, name, grid, threads, smem, kernel)
     _PLANS[cache_key] = plan
     return plan
