@@ -104,11 +104,11 @@ def test_optimized_matches_reference(dtype, tier, rms):
 @pytest.mark.parametrize("tier,cols", [("warp", 200), ("warp", 64), ("registers", 4096), ("smem", 2048),
                                        ("uncached", 1544)])
 def test_row_loop_covers_more_rows_than_the_grid(monkeypatch, tier, cols, rms):
-    """The launches give every row group its own block; with one wave the kernels' row loop must
-    cover the rest (it does for row counts past CUDA's grid limit)."""
+    """With one wave of blocks (one of the grids the launcher times) the kernels' row loop covers
+    the rest of the rows."""
     from bwbench.cuda import norm
 
-    monkeypatch.setattr(norm, "GRID_WAVES", 1)
+    monkeypatch.setattr(norm, "GRID_WAVES", (1,))
     monkeypatch.setattr(norm, "_PLANS", {})
     monkeypatch.setattr(norm, "_LAUNCHES", {})
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -504,17 +504,26 @@ def _launch_key(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block: 
     return (device_index(x), *x.shape, x.dtype, rms, pack, tier, block)
 
 
-GRID_WAVES: int | None = None
-"""Blocks launched per resident block slot, at most, the rest of the rows grid-striding; None: a
-block for every row group. Measured on an H200 (2026-11-24, notes/norm.md) against one wave:
-LayerNorm 256 columns 89% -> 90% of copy, 1024 90% -> 93%, 4096 (registers tier) 88% -> 97%.
-Tests set 1 to exercise the row loop."""
+GRID_WAVES: tuple[int | None, ...] = (None, 1)
+"""The grids a plan is timed with on first use, the model's choice first: a block for every row
+group (None), or one wave of blocks striding over the rows (1). Measured on an H200 (2026-11-24,
+notes/norm.md): a block per row group ran LayerNorm at 2048-16384 columns at 97-98% of copy
+against 87-90% with one wave, but 32768 at 84-85% against 90% (not investigated: every block
+loads its gamma and beta once, which one wave amortises over many rows), so both are timed. Tests
+set (1,) to exercise the row loop."""
 
 
-def _launch_of(chosen: NormPlan, module: CompiledModule, device: int, rows: int) -> _Launch:
+_MODEL_GRID = object()
+
+
+def _launch_of(chosen: NormPlan, module: CompiledModule, device: int, rows: int,
+               waves: int | None | object = _MODEL_GRID) -> _Launch:
+    """The launch of a plan with `waves` (default: the model's, GRID_WAVES[0])."""
+    if waves is _MODEL_GRID:
+        waves = GRID_WAVES[0]
     kernel = module.kernel(chosen.kernel)
     grid = grid_size(kernel, chosen.block, -(-rows // chosen.rows_per_block), chosen.smem_bytes, device,
-                     waves=GRID_WAVES)
+                     waves=waves)
     return _Launch(chosen, kernel, grid)
 
 
@@ -558,21 +567,23 @@ def _time_us(step: _Launch, args: tuple, device: int) -> float:
 
 
 def _tuned_launch(x: torch.Tensor, rms: bool, pack: int, tier: str | None, block: int | None, args: tuple) -> _Launch:
-    """The launch for x: the model's plan, or, where it leaves alternatives, the fastest of them
-    timed once on these very arguments (every candidate computes the same outputs). Not while a
-    CUDA graph is being captured (nothing may synchronize then): the model's choice is used and
-    not remembered."""
+    """The launch for x: the model's plan with the first of GRID_WAVES, or, where the model leaves
+    alternatives or the grids differ, the fastest of them timed once on these very arguments
+    (every candidate computes the same outputs). Not while a CUDA graph is being captured (nothing
+    may synchronize then): the model's choice is used and not remembered."""
     key = _launch_key(x, rms, pack, tier, block)
     step = _LAUNCHES.get(key)
     if step is not None:
         return step
     chosen, module, device = _model_plan(x, rms, pack, tier, block)
-    step = _launch_of(chosen, module, device, x.shape[0])
-    if chosen.alternatives:
+    rows = x.shape[0]
+    options = {(o.kernel.name, o.grid): o
+               for o in (_launch_of(c, module, device, rows, waves) for c in chosen.candidates for waves in GRID_WAVES)}
+    step = next(iter(options.values()))
+    if len(options) > 1:
         if torch.cuda.is_current_stream_capturing():
             return step
-        options = [_launch_of(c, module, device, x.shape[0]) for c in chosen.candidates]
-        step = min(options, key=lambda option: _time_us(option, args, device))
+        step = min(options.values(), key=lambda option: _time_us(option, args, device))
     _LAUNCHES[key] = step
     return step
 
