@@ -409,3 +409,19 @@ def test_registers_tier_takes_short_block_rows_and_rows_that_crowd_shared_memory
     for per_thread, threads in d.REGISTER_SHAPES:
         choice = TierChoice("registers", block=threads, pack=4, packs_per_thread=per_thread)
         assert d.kernel_name("float", "softmax", "forward", choice) in names
+
+
+def test_backward_rows_too_long_for_shared_memory_cache_whole_pack_pairs():
+    limit = 232320  # an H200's opt-in shared memory less the kernel's static 128 bytes
+    assert d.cache_bytes("backward", 16384, 4, 4, limit, 0.5) == 131072  # fits: the whole row
+    assert d.cache_bytes("backward", 32768, 4, 4, limit, 0.5) == 232320  # 7260 of 8192 (y, dy) pairs
+    assert d.cache_bytes("backward", 30001, 4, 1, limit, 0.5) == 232320  # unpacked: 8-byte pairs
+    assert d.cache_bytes("backward", 32768, 4, 4, limit, 0.95) == 262144  # less than the share: no cache
+    assert d.cache_bytes("backward", 32768, 4, 4, limit, 0.0) == 262144  # off
+    assert d.cache_bytes("forward", 65536, 4, 4, limit, 0.5) == 262144  # the forward caches whole rows only
+    choice = d.TierChoice("smem", block=1024, pack=4, partial=True)
+    assert d.kernel_name("float", "softmax", "backward", choice) == "softmax_grad_partial<float, 0, 4>"
+    assert d.kernel_name("float", "softmax", "backward", choice) in d.kernel_names("float", "backward")
+    assert "softmax_grad_partial<half_t, 1, 1>" in d.kernel_names("half_t", "backward")
+    with pytest.raises(ValueError, match="partial_cache_share"):
+        d.Thresholds(partial_cache_share=1.5)

@@ -18,6 +18,8 @@ exp(y) * sum(dy) cancels likewise, and exp(y) * sum(dy) reaches ~5).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -223,7 +225,7 @@ def test_auto_dispatch_reaches_every_tier():
         forward = "backward" not in op
         assert t(8, 4096, torch.float16, op) == ("registers" if forward else "smem")
         assert t(8, 8192, torch.float16, op) == "smem"
-        assert t(8, 32768, torch.float32, op) == ("registers" if forward else "uncached")
+        assert t(8, 32768, torch.float32, op) == ("registers" if forward else "smem")  # backward: 7/8 cached
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
 
@@ -251,9 +253,35 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
         one_pass = th.one_pass and direction == "forward"
         smem_kernel = module.kernel(d.kernel_name(ctype, algorithm, direction,
                                                   d.TierChoice("smem", block=128, one_pass=one_pass, pack=pack)))
-        table = s._smem_occupancy(smem_kernel, d.smem_bytes(direction, cols, itemsize), device)
-        assert plan.choice == d.choose_tier(cols, pack, direction=direction, smem_blocks_per_sm=table, thresholds=th)
+        smem = d.cache_bytes(direction, cols, itemsize, pack, s._prepare_smem(smem_kernel, device),
+                             th.partial_cache_share)
+        table = s._smem_occupancy(smem_kernel, smem, device)
+        partial = smem < d.smem_bytes(direction, cols, itemsize)
+        assert plan.choice.partial == (partial and plan.tier == "smem")
+        assert replace(plan.choice, partial=False) == d.choose_tier(cols, pack, direction=direction,
+                                                                    smem_blocks_per_sm=table, thresholds=th)
         assert plan.grid >= 1 and plan.block in (128, 256, 512, 1024)
+
+
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("dtype,cols", [(torch.float32, 32768), (torch.float32, 30001), (torch.float32, 40000),
+                                        (torch.float16, 65536), (torch.bfloat16, 60001)])
+def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, cols):
+    """Rows whose y and dy exceed a block's shared memory: the shared-memory tier caches the
+    first packs and reads the rest twice; every element still right, with poisoned outputs."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda import softmax_dispatch as d
+    from bwbench.cuda.loader import cpp_type
+
+    itemsize = d.ITEMSIZE[cpp_type(dtype)]
+    for rows in (3, 133):
+        inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
+        plan = s.plan_launch(op, rows, cols, dtype)
+        assert plan.tier == "smem" and plan.choice.partial, plan
+        assert 0 < plan.smem < d.smem_bytes("backward", cols, itemsize) and plan.kernel_name.startswith("softmax_grad_partial<")
+        out = torch.full((rows, cols), float("nan"), dtype=dtype, device="cuda")
+        _function(op)(**inputs, out=out)
+        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) partly cached")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ is the pure code in softmax_dispatch.py, fed with this device's occupancy number
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -220,8 +220,11 @@ DEFAULT_THRESHOLDS = {
     "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
                                    block_rule="threads", uncached_packs_per_thread=8,
                                    registers_max_packs=512, registers_below_smem_blocks=2),
+    #   backward, rows whose y and dy do not fit in shared memory (2026-11-24): the shared-memory
+    #   tier caching the first 7/8 of a float32 row of 32768 columns (227 KiB of 256) against the
+    #   uncached tier, which moved 1.46x the row's bytes from DRAM (notes/softmax.md).
     "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
-                                    uncached_packs_per_thread=2),
+                                    uncached_packs_per_thread=2, partial_cache_share=0.5),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
 }
 
@@ -343,9 +346,16 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     smem_needed = dispatch.smem_bytes(direction, cols, itemsize)
     one_pass = th.one_pass and direction == "forward"
 
-    def smem_kernel() -> Kernel:
-        choice = dispatch.TierChoice("smem", block=128, one_pass=one_pass, pack=pack)
+    def smem_kernel(partial: bool = False) -> Kernel:
+        choice = dispatch.TierChoice("smem", block=128, one_pass=one_pass, pack=pack, partial=partial)
         return module.kernel(dispatch.kernel_name(ctype, algorithm, direction, choice))
+
+    partial = False
+    if th.partial_cache_share > 0 and direction == "backward":
+        cached = dispatch.cache_bytes(direction, cols, itemsize, pack, _prepare_smem(smem_kernel(), dev),
+                                      th.partial_cache_share)
+        partial = cached < smem_needed
+        smem_needed = cached
 
     if key == "online":
         choice = dispatch.choose_online(cols, pack, th)
@@ -360,7 +370,7 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     elif tier is None:
         occupancy = None
         if dispatch.needs_occupancy(cols, pack, direction, th):
-            occupancy = _smem_occupancy(smem_kernel(), smem_needed, dev)
+            occupancy = _smem_occupancy(smem_kernel(partial), smem_needed, dev)
         choice = dispatch.choose_tier(cols, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th)
     elif tier == "warp":
         shape = dispatch.warp_shape(cols, pack, direction, th.small_group_rows, th.full_warp_rows)
@@ -369,7 +379,7 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
                              f"columns in {pack}-element packs; got cols={cols}")
         choice = dispatch.TierChoice("warp", warp=shape, pack=pack)
     elif tier == "smem":
-        occupancy = _smem_occupancy(smem_kernel(), smem_needed, dev)
+        occupancy = _smem_occupancy(smem_kernel(partial), smem_needed, dev)
         size = block or dispatch.block_size_by_occupancy(occupancy, th.block_rule)
         if size is None or occupancy.get(size, 0) < 1:
             raise ValueError(f"the shared-memory tier cannot launch cols={cols} ({smem_needed} bytes per row) "
@@ -392,7 +402,9 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     if block is not None and choice.block is not None:
         if block not in dispatch.BLOCK_SIZES:
             raise ValueError(f"block must be one of {dispatch.BLOCK_SIZES}, got {block}")
-        choice = dispatch.TierChoice(choice.tier, block=block, one_pass=choice.one_pass, pack=pack)
+        choice = replace(choice, block=block)
+    if choice.tier == "smem" and partial:
+        choice = replace(choice, partial=True)
 
     name = dispatch.kernel_name(ctype, algorithm, direction, choice)
     kernel = module.kernel(name)

@@ -35,6 +35,7 @@ __all__ = [
     "WarpShape",
     "all_warp_shapes",
     "block_size_by_occupancy",
+    "cache_bytes",
     "choose_online",
     "choose_tier",
     "kernel_name",
@@ -137,6 +138,10 @@ class Thresholds:
     registers_below_smem_blocks: int = 0
     """Forward rows whose shared-memory tier fits fewer than this many 128-thread blocks an SM go
     to the registers tier where it holds them (at most 8 x 1024 packs; 0: none by occupancy)."""
+    partial_cache_share: float = 0.0
+    """Backward rows whose y and dy do not fit in a block's shared memory still take the
+    shared-memory tier, caching the row's first packs and reading the rest twice, where at least
+    this share of the row fits (0: they take the uncached tier)."""
 
     def __post_init__(self) -> None:
         if self.small_group_rows not in SMALL_GROUP_ROWS:
@@ -147,6 +152,8 @@ class Thresholds:
             raise ValueError(f"block_rule must be one of {BLOCK_RULES}, got {self.block_rule!r}")
         if self.uncached_packs_per_thread < 1:
             raise ValueError("uncached_packs_per_thread must be >= 1")
+        if not 0.0 <= self.partial_cache_share <= 1.0:
+            raise ValueError(f"partial_cache_share must be within [0, 1], got {self.partial_cache_share}")
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,8 @@ class TierChoice:
     pack: int = 1
     packs_per_thread: int = 0
     """Registers tier: 16-byte packs each thread holds."""
+    partial: bool = False
+    """Backward shared-memory tier: the row does not fit, so only its first packs are cached."""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -275,6 +284,19 @@ def smem_bytes(direction: str, cols: int, itemsize: int) -> int:
     return cols * itemsize * (2 if direction == "backward" else 1)
 
 
+def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int, share: float) -> int:
+    """Dynamic shared memory to launch the cached block tier with: the whole row where it fits in
+    `limit` bytes; for the backward, otherwise, as many whole (y, dy) pack pairs as fit, when they
+    are at least `share` of the row (the kernel caches the packs its shared memory holds and reads
+    the others twice); else the whole row's size, which cannot launch (the uncached tier runs)."""
+    need = smem_bytes(direction, cols, itemsize)
+    if need <= limit or direction != "backward" or share <= 0:
+        return need
+    pair = 2 * pack * itemsize
+    fits = limit // pair * pair
+    return fits if fits >= share * need else need
+
+
 def choose_tier(cols: int, pack: int, *, direction: str = "forward",
                 smem_blocks_per_sm: Mapping[int, int] | None = None,
                 thresholds: Thresholds = Thresholds()) -> TierChoice:
@@ -360,6 +382,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             w = choice.warp
             return (f"softmax_grad_warp<{ctype}, {algo}, {p}, {w.packs_per_thread}, {w.group}, "
                     f"{w.rows_per_access}>")
+        if choice.tier == "smem" and choice.partial:
+            return f"softmax_grad_partial<{ctype}, {algo}, {p}>"
         if choice.tier in ("smem", "uncached"):
             return f"softmax_grad_block<{ctype}, {algo}, {p}, {_bool(choice.tier == 'smem')}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
@@ -381,6 +405,9 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
                 for one_pass in ((False, True) if direction == "forward" else (False,)):
                     names.append(kernel_name(ctype, algorithm, direction,
                                              TierChoice(tier, block=128, one_pass=one_pass, pack=pack)))
+            if direction == "backward":
+                names.append(kernel_name(ctype, algorithm, direction,
+                                         TierChoice("smem", block=128, pack=pack, partial=True)))
             if direction == "forward" and pack > 1:
                 for per_thread, threads in REGISTER_SHAPES:
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(
