@@ -49,7 +49,8 @@ class DeviceInfo:
     bwbench_version: str = __version__
     git_commit: str | None = None
     kernel_options: str | None = field(default_factory=lambda: os.environ.get("BWBENCH_NVRTC_OPTIONS") or None)
-    """Extra NVRTC options the kernels were compiled with ($BWBENCH_NVRTC_OPTIONS), if any."""
+    """Extra NVRTC options the kernels were compiled with ($BWBENCH_NVRTC_OPTIONS, read by
+    bwbench.cuda.loader.extra_options), if any."""
     host: str = field(default_factory=socket.gethostname)
     python_version: str = field(default_factory=platform.python_version)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

@@ -66,8 +66,9 @@ BASE_OPTIONS = ("-std=c++17",)
 
 EXTRA_OPTIONS_ENV = "BWBENCH_NVRTC_OPTIONS"
 """Extra NVRTC options for every kernel, after the source's own: e.g. `-lineinfo` for Nsight
-Compute's source view, or `-DBW_MEM_HINT=2` to try the cache hints of kernels/common.cuh. A run
-records them in its environment (`kernel_options`), since they change what was measured."""
+Compute's source view, or `-DNAME=VALUE` to build a variant a kernel guards with `#if NAME` for an
+experiment. A run records them in its environment (`kernel_options`), since they change what was
+measured."""
 
 # torch dtype -> the C++ storage type the kernels are instantiated for (kernels/common.cuh).
 _CPP_TYPES: dict[torch.dtype, str] = {
