@@ -26,6 +26,9 @@ struct ReluKeep {
     }
 };
 
+// WideCounter false: fewer than 2^33 elements, so every group index fits the counter's first word
+// (the host decides; bwbench/cuda/bitmask.py) and the cheaper draws of dropout_keep_narrow apply.
+template <bool WideCounter>
 struct DropoutKeep {
     unsigned threshold;
     unsigned long long seed;
@@ -33,10 +36,14 @@ struct DropoutKeep {
     // V is a multiple of 4 and `first` of V: one Philox draw per 4 elements, all 4 outputs used.
     template <typename T, int V>
     __device__ __forceinline__ unsigned bits(i64 first, const T (&)[V]) const {
-        unsigned b = 0;
+        if constexpr (!WideCounter) {
+            return dropout_keep_narrow<V / 4>(static_cast<unsigned>(first >> 2), threshold, seed, offset);
+        } else {
+            unsigned b = 0;
 #pragma unroll
-        for (int d = 0; d < V / 4; ++d) b |= dropout_keep4((first >> 2) + d, threshold, seed, offset) << (4 * d);
-        return b;
+            for (int d = 0; d < V / 4; ++d) b |= dropout_keep4((first >> 2) + d, threshold, seed, offset) << (4 * d);
+            return b;
+        }
     }
 };
 
@@ -106,7 +113,9 @@ __device__ __forceinline__ void forward_chunk(const Keep& keep, const T* __restr
 // y = keep ? x * scale : 0, and the keep bits as a bitmask (MaskBytes false: 32-bit words) or one
 // byte (0 or 1) per element (MaskBytes true). One chunk per warp per step: on an H200, 2 or 4
 // chunks per step (all loaded before any is used) were 10-20% slower for ReLU and no faster for
-// dropout.
+// dropout; loading the warp's next chunk before drawing this one's bits (software pipelining, 4
+// more registers, or launch bounds to keep 5-6 blocks an SM) made the dropout forward 6-14% slower
+// (scripts/bitmask_ab.py, notes/bitmask.md).
 template <typename T, bool Aligned, bool MaskBytes, typename Keep>
 __device__ __forceinline__ void masked_forward(const Keep& keep, const T* __restrict__ x, T* __restrict__ y,
                                                void* __restrict__ mask, float scale, i64 n) {
@@ -155,14 +164,17 @@ __device__ __forceinline__ unsigned mask_bits(const unsigned char* __restrict__ 
     return b;
 }
 
-// dx = bit ? dy * scale : 0, the bits read from a bitmask (MaskBytes false) or one byte per
-// element (MaskBytes true; any nonzero byte keeps, so a torch.bool mask reads the same).
+// dx = bit ? dy * scale : 0 for elements [start, n), the bits read from a bitmask (MaskBytes
+// false) or one byte per element (MaskBytes true; any nonzero byte keeps, so a torch.bool mask
+// reads the same). A thread per pack, striding over the grid.
 template <typename T, bool Aligned, bool MaskBytes>
 __device__ __forceinline__ void masked_backward(const T* __restrict__ dy, const unsigned char* __restrict__ mask,
-                                                i64 mask_bytes, T* __restrict__ dx, float scale, i64 n) {
+                                                i64 mask_bytes, T* __restrict__ dx, float scale, i64 n,
+                                                i64 start = 0) {
     constexpr int V = Pack16<T>::size;
     const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x * V;
-    for (i64 first = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * V; first < n; first += stride) {
+    for (i64 first = start + (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * V; first < n;
+         first += stride) {
         T g[V];
         load_pack<T, V, Aligned>(dy, first, n, g);
         const unsigned b = mask_bits<T, Aligned, MaskBytes>(mask, mask_bytes, first, n);
@@ -170,6 +182,45 @@ __device__ __forceinline__ void masked_backward(const T* __restrict__ dy, const 
 #pragma unroll
         for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(g[k]) * scale) : from_float<T>(0.0f);
         store_pack<T, V, Aligned>(dx, first, n, out);
+    }
+}
+
+// The bitmask backward over whole mask lines: a warp step covers LINE = 1024 elements, whose 32
+// mask words (128 bytes) lane l reads word l of, in one coalesced request; each lane then takes the
+// word holding its V bits from the lane that read it (a shuffle). With a thread per pack, every
+// warp read its own 32-byte sector of the mask, a quarter of a line, and the backward stayed at
+// 90-91% of copy on the H200 while the forward, which writes the mask, reached 98%.
+// The S = 32 / V packs of dy a lane handles are all loaded before any is used. Lines are strided
+// over the grid's warps; every pointer is 16-byte aligned (the host checks) and `lines` lines lie
+// wholly inside n, so no bounds are checked. Returns nothing; the caller handles the tail.
+constexpr int MASK_LINE = 1024;  // elements per 32-word mask line
+
+template <typename T>
+__device__ __forceinline__ void masked_backward_lines(const T* __restrict__ dy, const unsigned* __restrict__ words,
+                                                      T* __restrict__ dx, float scale, i64 lines) {
+    constexpr int V = Pack16<T>::size;
+    constexpr int S = MASK_LINE / (32 * V);  // packs per lane per line: 4 for 16-bit types, 8 for float
+    const int lane = threadIdx.x & 31;
+    const i64 warp = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const i64 warps = (static_cast<i64>(gridDim.x) * blockDim.x) >> 5;
+    for (i64 line = warp; line < lines; line += warps) {
+        const i64 base = line * MASK_LINE + lane * V;
+        const unsigned word = words[line * 32 + lane];
+        Pack<T, V> g[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) g[s] = *reinterpret_cast<const Pack<T, V>*>(dy + base + s * 32 * V);
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            // Element base + s*32*V + k is bit (lane*V + k) % 32 of the line's word s*V + lane*V/32.
+            const unsigned w = __shfl_sync(0xffffffffu, word, s * V + ((lane * V) >> 5));
+            const unsigned b = w >> ((lane * V) & 31);
+            Pack<T, V> out;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                out.v[k] = (b >> k) & 1u ? from_float<T>(to_float(g[s].v[k]) * scale) : from_float<T>(0.0f);
+            }
+            *reinterpret_cast<Pack<T, V>*>(dx + base + s * 32 * V) = out;
+        }
     }
 }
 
@@ -184,10 +235,20 @@ __global__ void relu_forward_bitmask(const T* __restrict__ x, T* __restrict__ y,
     bw::masked_forward<T, Aligned, false>(bw::ReluKeep(), x, y, words, 1.0f, n);
 }
 
+// Aligned: whole mask lines a warp step (masked_backward_lines), then the tail (fewer than 1024
+// elements) a pack per thread. Misaligned: a pack per thread throughout.
 template <typename T, bool Aligned>
 __global__ void bitmask_backward(const T* __restrict__ dy, const unsigned char* __restrict__ mask, i64 mask_bytes,
                                  T* __restrict__ dx, float scale, i64 n) {
-    bw::masked_backward<T, Aligned, false>(dy, mask, mask_bytes, dx, scale, n);
+    i64 start = 0;
+#ifndef BW_BACKWARD_PACKS  // an experiment switch (BWBENCH_NVRTC_OPTIONS=-DBW_BACKWARD_PACKS): a pack per thread
+    if constexpr (Aligned) {
+        const i64 lines = n / bw::MASK_LINE;
+        bw::masked_backward_lines<T>(dy, reinterpret_cast<const unsigned*>(mask), dx, scale, lines);
+        start = lines * bw::MASK_LINE;
+    }
+#endif
+    bw::masked_backward<T, Aligned, false>(dy, mask, mask_bytes, dx, scale, n, start);
 }
 
 template <typename T, bool Aligned>
@@ -196,18 +257,18 @@ __global__ void bytemask_backward(const T* __restrict__ dy, const unsigned char*
     bw::masked_backward<T, Aligned, true>(dy, mask, n, dx, scale, n);
 }
 
-template <typename T, bool Aligned>
+template <typename T, bool Aligned, bool WideCounter>
 __global__ void dropout_forward_bitmask(const T* __restrict__ x, T* __restrict__ y, unsigned* __restrict__ words,
                                         unsigned threshold, float scale, unsigned long long seed,
                                         unsigned long long offset, i64 n) {
-    bw::masked_forward<T, Aligned, false>(bw::DropoutKeep{threshold, seed, offset}, x, y, words, scale, n);
+    bw::masked_forward<T, Aligned, false>(bw::DropoutKeep<WideCounter>{threshold, seed, offset}, x, y, words, scale, n);
 }
 
-template <typename T, bool Aligned>
+template <typename T, bool Aligned, bool WideCounter>
 __global__ void dropout_forward_bytemask(const T* __restrict__ x, T* __restrict__ y, unsigned char* __restrict__ bytes,
                                          unsigned threshold, float scale, unsigned long long seed,
                                          unsigned long long offset, i64 n) {
-    bw::masked_forward<T, Aligned, true>(bw::DropoutKeep{threshold, seed, offset}, x, y, bytes, scale, n);
+    bw::masked_forward<T, Aligned, true>(bw::DropoutKeep<WideCounter>{threshold, seed, offset}, x, y, bytes, scale, n);
 }
 
 // The article's first scheme: one thread per 8 consecutive elements builds one mask byte. The

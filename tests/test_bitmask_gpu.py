@@ -15,7 +15,9 @@ pytestmark = [
 ]
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
-SIZES = [1, 31, 33, 1000, 4097, (1 << 20) + 3]
+# 1024 and 3 * 1024 + 999: whole 1024-element mask lines (the aligned backward's warp step), alone
+# and with a tail; 4097 and 2^20 + 3 also have both.
+SIZES = [1, 31, 33, 1000, 1024, 4097, 3 * 1024 + 999, (1 << 20) + 3]
 IDS = lambda d: str(d).removeprefix("torch.")  # noqa: E731
 
 
@@ -111,6 +113,44 @@ def test_dropout_masks_are_the_python_philox(dtype, n, misaligned, p):
         torch.cuda.synchronize()
         assert torch.equal(dx, want_dx), f"dropout backward differs ({dtype}, n={n}, p={p})"
     assert torch.equal(unpack_bits(bits, n), keep)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_dropout_wide_counter_draws_the_same_mask(dtype, monkeypatch):
+    """Tensors of 2^33 elements or more take the general Philox draw (the counter's second word
+    from the group index); forced onto a small tensor it must give what the narrow draw gives."""
+    import bwbench.cuda.bitmask as bm
+
+    n, p, seed, offset = 3 * 4096 + 5, 0.3, 0xDEAD_BEEF_0000_0001, (7 << 32) + 5
+    x = _randn(n, dtype, seed=3)
+    narrow = bm.dropout_forward(x, p, seed, offset)
+    narrow_bytes = bm.dropout_forward_bytes(x, p, seed, offset)
+    monkeypatch.setattr(bm, "NARROW_COUNTER_LIMIT", 0)
+    assert bm._wide_counter(n) == "true"
+    _poison(n * 4)
+    wide = bm.dropout_forward(x, p, seed, offset)
+    wide_bytes = bm.dropout_forward_bytes(x, p, seed, offset)
+    torch.cuda.synchronize()
+    keep = dropout_keep_torch(n, p, seed, offset, device="cuda")
+    assert torch.equal(wide[1], bm.pack_bits(keep)) and torch.equal(narrow[1], wide[1])
+    assert torch.equal(wide[0], narrow[0])
+    assert torch.equal(wide_bytes[1], narrow_bytes[1]) and torch.equal(wide_bytes[0], narrow_bytes[0])
+
+
+def test_masked_backward_reads_a_mask_at_an_offset():
+    """The aligned backward reads the mask a line (128 bytes) at a time; a mask that starts 4 bytes
+    into its buffer (allowed: only 4-byte alignment is required) must give the same dx."""
+    from bwbench.cuda.bitmask import masked_backward, pack_bits
+
+    n = 5 * 1024 + 77
+    dy = _randn(n, torch.float16, seed=11)
+    keep = _randn(n, torch.float32, seed=12) > 0
+    bits = pack_bits(keep)
+    shifted = torch.zeros(bits.numel() + 8, dtype=torch.uint8, device="cuda")[4:4 + bits.numel()]
+    shifted.copy_(bits)
+    want = torch.where(keep, dy * 2, torch.zeros_like(dy))
+    _poison(n * 4)
+    assert torch.equal(masked_backward(dy, shifted, 2.0), want)
 
 
 def test_dropout_mask_at_2_28_elements_float16():

@@ -34,14 +34,24 @@ SOURCE = KernelSource(
         *(f"relu_forward_bitmask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
         *(f"bitmask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
         *(f"bytemask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
-        *(f"dropout_forward_bitmask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
-        *(f"dropout_forward_bytemask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+        *(f"dropout_forward_bitmask<{t}, {a}, {w}>" for t in _TYPES for a in _FLAGS for w in _FLAGS),
+        *(f"dropout_forward_bytemask<{t}, {a}, {w}>" for t in _TYPES for a in _FLAGS for w in _FLAGS),
         *(f"relu_forward_bytemask_naive<{t}>" for t in _TYPES),
         *(f"relu_backward_bytemask_naive<{t}>" for t in _TYPES),
     ),
 )
 
 BLOCK = 256  # threads per block for every kernel here (a multiple of 32: the forward loops are per warp)
+
+MASK_LINE = 1024
+"""Elements of one 128-byte mask line; the aligned bitmask backward gives a warp a line per step
+(kernels/bitmask.cu, masked_backward_lines)."""
+
+NARROW_COUNTER_LIMIT = 1 << 33
+"""Dropout over fewer elements than this draws with the counter's second word fixed at 0 (every
+group index i / 4 fits 32 bits, with room for the lanes past the end of the last chunk), which
+saves multiplies (kernels/bitmask.cuh, dropout_keep_narrow). Larger tensors take the general
+draw; both give the same mask."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -120,9 +130,10 @@ def _aligned(*tensors: torch.Tensor) -> str:
 
 
 def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
-    """Launch with one wave of grid-striding blocks, or (waves=None) a thread for every chunk: on an
-    H200 (2026-11-24, 2^28 halves) the ReLU forward ran at 98% of copy that way against 90% with one
-    wave, while the ReLU backward and both dropout kernels lost 1-4% (notes/bitmask.md)."""
+    """Launch with one wave of grid-striding blocks, or (waves=None) a thread for every piece of
+    work. On an H200 (2^28 halves, notes/bitmask.md) the ReLU forward ran at 98% of copy with a
+    thread per chunk against 90% with one wave, and the aligned backward at 98% with a warp per mask
+    line against 94%; the dropout forward keeps one wave (1-4% slower the other way)."""
     kernel = load(SOURCE).kernel(name)
     blocks = grid_size(kernel, BLOCK, max(1, -(-work_threads // BLOCK)), waves=waves)
     kernel(blocks, BLOCK, args)
@@ -177,8 +188,13 @@ def masked_backward(dy: torch.Tensor, mask: torch.Tensor, scale: float) -> torch
     _check_bits(mask, n)
     dx = torch.empty_like(dy)
     if n:
-        name = f"bitmask_backward<{cpp_type(dy.dtype)}, {_aligned(dy, dx)}>"
-        _launch(name, -(-n // _vec(dy.dtype)), (dy, mask, np.int64(mask.numel()), dx, np.float32(scale), np.int64(n)))
+        aligned = _aligned(dy, dx)
+        name = f"bitmask_backward<{cpp_type(dy.dtype)}, {aligned}>"
+        args = (dy, mask, np.int64(mask.numel()), dx, np.float32(scale), np.int64(n))
+        if aligned == "true":  # a warp for every mask line; the tail (< MASK_LINE elements) rides along
+            _launch(name, 32 * max(1, n // MASK_LINE), args, waves=None)
+        else:  # one wave of threads striding a pack at a time
+            _launch(name, -(-n // _vec(dy.dtype)), args)
     return dx
 
 
@@ -211,6 +227,11 @@ def relu_backward_bytemask(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 # ----------------------------------------------------------------------------------------------
 
 
+def _wide_counter(n: int) -> str:
+    """'true' when the group index i / 4 may not fit the Philox counter's first word."""
+    return "true" if n >= NARROW_COUNTER_LIMIT else "false"
+
+
 def _dropout_args(p: float, seed: int, offset: int):
     if not (0 <= seed < 2**64 and 0 <= offset < 2**64):
         raise ValueError("seed and offset are unsigned 64-bit integers")
@@ -225,7 +246,7 @@ def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tu
     y = torch.empty_like(x)
     words = _new_words(n, x.device)
     if n:
-        name = f"dropout_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}>"
+        name = f"dropout_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}, {_wide_counter(n)}>"
         _launch(name, -(-n // _vec(x.dtype)), (x, y, words, *args, np.int64(n)))
     return y, _bits_view(words, n)
 
@@ -238,7 +259,7 @@ def dropout_forward_bytes(x: torch.Tensor, p: float, seed: int, offset: int = 0)
     y = torch.empty_like(x)
     mask = torch.empty(n, dtype=torch.uint8, device=x.device)
     if n:
-        name = f"dropout_forward_bytemask<{cpp_type(x.dtype)}, {_aligned(x, y, mask)}>"
+        name = f"dropout_forward_bytemask<{cpp_type(x.dtype)}, {_aligned(x, y, mask)}, {_wide_counter(n)}>"
         _launch(name, -(-n // _vec(x.dtype)), (x, y, mask, *args, np.int64(n)))
     return y, mask.view(x.shape)
 
