@@ -41,6 +41,23 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
+class ReportUnavailable(UsageError):
+    """The HTML report needs plotly, which is not importable here."""
+
+
+def write_html_report(documents, target: Path) -> None:
+    """write_report, with a missing plotly turned into ReportUnavailable (a message, not a traceback)."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError as err:
+        raise ReportUnavailable(
+            f"no HTML report: plotly is not importable here ({err}); `pip install plotly`, or build the "
+            "report on another machine with `bwbench report RESULTS.json`") from None
+    from .report import write_report
+
+    write_report(documents, target)
+
+
 def split_list(value: Optional[str]) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
@@ -298,10 +315,11 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
     console.print(f"device copy bandwidth {info.copy_gbps:,.0f} GB/s"
                   + (f", theoretical peak {info.peak_gbps:,.0f} GB/s" if info.peak_gbps else ""))
     if want_report and document.records:
-        from .report import write_report
-
-        write_report([(info.gpu_name, document)], paths["html"])
-        console.print(f"report:  {paths['html']}")
+        try:  # the results are written; a missing plotly costs only the page
+            write_html_report([(info.gpu_name, document)], paths["html"])
+            console.print(f"report:  {paths['html']}")
+        except ReportUnavailable as err:
+            console.print(f"[yellow]warning:[/] {err}", soft_wrap=True)
     console.print(f"results: {paths['json']} (CSV: {paths['csv']})")
     if interrupted:
         console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {paths['json']}")
@@ -372,7 +390,6 @@ def report_cmd(
     """Build the HTML report from results files (no GPU needed)."""
 
     def build():
-        from .report import write_report
         from .results import read_document
 
         documents = []
@@ -386,7 +403,7 @@ def report_cmd(
                 label = f"{label} ({path.stem})"
             documents.append((label, doc))
         target = output or files[0].with_suffix(".html")
-        write_report(documents, target)
+        write_html_report(documents, target)
         console.print(f"report: {target}")
 
     _guard(build)

@@ -1,6 +1,7 @@
 """The command line as a user meets it: help, listing, and clear errors with exit code 2."""
 
 import json
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -83,6 +84,22 @@ def test_axis_arguments_in_every_spelling():
 @pytest.mark.parametrize("text,expected", [("4GB", 4_000_000_000), ("512MiB", 512 * 2**20), ("1e9", 10**9), ("100", 100)])
 def test_sizes(text, expected):
     assert parse_size(text) == expected
+
+
+def test_report_without_plotly_is_a_message_not_a_traceback(tmp_path, monkeypatch):
+    from test_results import document, record
+
+    from bwbench.results import ResultsWriter
+
+    doc = document()
+    doc.records = [record("torch")]
+    path = tmp_path / "run.json"
+    ResultsWriter(path, doc).finish()
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly now raises ImportError
+    result = invoke("report", str(path), "-o", str(tmp_path / "out.html"))
+    assert result.exit_code == 2
+    assert "plotly" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out.html").exists()
 
 
 def test_report_command_builds_html_from_a_results_file(tmp_path):
