@@ -47,8 +47,10 @@ class ReportUnavailable(UsageError):
 
 def write_html_report(documents, target: Path) -> None:
     """write_report, with a missing plotly turned into ReportUnavailable (a message, not a traceback)."""
+    import importlib
+
     try:
-        import plotly  # noqa: F401
+        importlib.import_module("plotly")
     except ImportError as err:
         raise ReportUnavailable(
             f"no HTML report: plotly is not importable here ({err}); `pip install plotly`, or build the "
