@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from .check import compare, poison_allocator
 from .results import Check, Record, ResultsWriter
+from .stats import disturbance
 from .suite import COPY_IMPL, Case, Implementation, Skip, Suite, Traffic
 from .telemetry import Telemetry, summarize_window
 from .timing import Timer, measure_copy_ceiling
@@ -206,9 +207,10 @@ class Runner:
     def _timed_record(self, case, name, kind, m, traffic: Traffic, copy_gbps, check) -> Record:
         gbps = traffic.total / (m.stats.median_us * 1e-6) / 1e9
         pct_peak = 100.0 * gbps / self.peak_gbps if self.peak_gbps else None
-        reason = None
+        warnings = [disturbance(m.stats)]
         if pct_peak is not None and pct_peak > 100.0:
-            reason = "above the theoretical peak: a byte-model or timing bug, do not trust this number"
+            warnings.append("above the theoretical peak: a byte-model or timing bug, do not trust this number")
+        reason = "; ".join(w for w in warnings if w) or None
         return self._record(
             case, name, kind, "ok", traffic, reason, timing=m.mode, stats=m.stats.to_dict(),
             samples_us=[round(s, 4) for s in m.samples_us], gbps=gbps,

@@ -71,6 +71,22 @@ def median_error(samples: Sequence[float]) -> float:
     return 1.2533 * relative_noise(samples) / math.sqrt(len(samples))
 
 
+DISTURBED_MEDIAN_OVER_P10 = 1.25
+"""A sample set whose median is this many times its p10 was disturbed (another process on the GPU,
+moving clocks): in the reference runs (2,281 records on an H100 and an H200, cold L2) the median
+never passed 1.12x the p10, while a ReLU forward record of 2026-11-22 that passed as ok sat at 1.7x
+(p10 9.4 us, median 15.7 us, p90 74 us)."""
+
+
+def disturbance(stats: Stats) -> str | None:
+    """A warning for a record whose samples were disturbed (see DISTURBED_MEDIAN_OVER_P10), or None.
+    Its median is not the kernel's speed: re-run the case rather than trust or gate on it."""
+    if stats.count < 2 or stats.p10_us <= 0 or stats.median_us <= DISTURBED_MEDIAN_OVER_P10 * stats.p10_us:
+        return None
+    return (f"disturbed samples: the median ({stats.median_us:.1f} us) is {stats.median_us / stats.p10_us:.2f}x "
+            f"the p10 ({stats.p10_us:.1f} us); something else used the GPU or its clocks moved - re-run this case")
+
+
 def summarize(samples_us: Sequence[float], converged: bool) -> Stats:
     if not samples_us:
         raise ValueError("no timing samples to summarize")

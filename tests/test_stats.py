@@ -50,3 +50,15 @@ def test_sampling_stops_at_the_time_or_count_cap_unconverged():
     assert policy.done(noisy, 1.5) == (True, False)
     assert policy.done([100.0, 150.0] * 25, 0.1) == (True, False)
     assert policy.done([100.0] * 3, 2.0) == (False, False), "at least a few samples even past the cap"
+
+
+def test_disturbed_samples_are_flagged_and_steady_ones_are_not():
+    from bwbench.stats import disturbance
+
+    steady = summarize([10.0, 10.1, 10.2, 10.05, 10.3, 10.15, 10.4, 10.1, 10.2, 10.25], converged=True)
+    assert disturbance(steady) is None
+    # The shape of the 2026-11-22 record: a fast p10, most samples slow, a long tail.
+    disturbed = summarize([9.4] * 3 + [15.7] * 4 + [74.0] * 3, converged=False)
+    message = disturbance(disturbed)
+    assert message is not None and "re-run" in message and "1.67x" in message
+    assert disturbance(summarize([5.0], converged=False)) is None  # one sample: no spread to judge
