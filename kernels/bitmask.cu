@@ -15,6 +15,12 @@
 
 namespace bw {
 
+// A kept element is scaled (in float, rounded once to T, as the references do); a dropped one is 0.
+template <typename T>
+__device__ __forceinline__ T keep_or_zero(bool keep, T v, float scale) {
+    return keep ? from_float<T>(to_float(v) * scale) : from_float<T>(0.0f);
+}
+
 struct ReluKeep {
     // Keep bits of V elements: x > 0 (a NaN is dropped, as its sign test fails).
     template <typename T, int V>
@@ -92,7 +98,7 @@ __device__ __forceinline__ void forward_chunk(const Keep& keep, const T* __restr
     }
     T out[V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(v[k]) * scale) : from_float<T>(0.0f);
+    for (int k = 0; k < V; ++k) out[k] = keep_or_zero((b >> k) & 1u, v[k], scale);
     if constexpr (Full) {
         Pack<T, V> pack;
 #pragma unroll
@@ -180,7 +186,7 @@ __device__ __forceinline__ void masked_backward(const T* __restrict__ dy, const 
         const unsigned b = mask_bits<T, Aligned, MaskBytes>(mask, mask_bytes, first, n);
         T out[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) out[k] = (b >> k) & 1u ? from_float<T>(to_float(g[k]) * scale) : from_float<T>(0.0f);
+        for (int k = 0; k < V; ++k) out[k] = keep_or_zero((b >> k) & 1u, g[k], scale);
         store_pack<T, V, Aligned>(dx, first, n, out);
     }
 }
@@ -216,9 +222,7 @@ __device__ __forceinline__ void masked_backward_lines(const T* __restrict__ dy, 
             const unsigned b = w >> ((lane * V) & 31);
             Pack<T, V> out;
 #pragma unroll
-            for (int k = 0; k < V; ++k) {
-                out.v[k] = (b >> k) & 1u ? from_float<T>(to_float(g[s].v[k]) * scale) : from_float<T>(0.0f);
-            }
+            for (int k = 0; k < V; ++k) out.v[k] = keep_or_zero((b >> k) & 1u, g[s].v[k], scale);
             *reinterpret_cast<Pack<T, V>*>(dx + base + s * 32 * V) = out;
         }
     }
