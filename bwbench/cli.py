@@ -504,7 +504,7 @@ def compare(
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
     """
 
     def judge_runs() -> int:

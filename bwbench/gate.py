@@ -3,7 +3,8 @@
 A record regresses only when its median bandwidth drops by at least the threshold AND the
 difference is real: a Mann-Whitney rank test on the raw samples (enough samples), or disjoint
 p10-p90 intervals (few samples). A drop past the threshold that the samples cannot tell from noise
-is "ambiguous", never a silent pass or a false alarm.
+is "ambiguous", never a silent pass or a false alarm. So is a change against a record whose samples
+the run flagged as disturbed: its median measured the GPU's other load, not the code.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, asdict
 from typing import Iterable, Sequence
 
 from .results import Record, RunDocument
+from .stats import DISTURBED_WARNING
 from .suite import COPY_IMPL
 
 VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed", "still failing")
@@ -97,6 +99,18 @@ def real_difference(base: Record, cur: Record) -> tuple[bool, float | None, str]
     return (c_lo > b_hi or c_hi < b_lo), None, "p10-p90"
 
 
+def disturbed_note(base: Record, cur: Record) -> str:
+    """Which run's samples were disturbed, or "": a change against a disturbed median is in the
+    measurement (another process on the GPU, clocks), so it is neither a regression nor a gain."""
+    parts = []
+    for name, r in (("baseline", base), ("current", cur)):
+        if DISTURBED_WARNING in (r.reason or ""):
+            s = r.stats or {}
+            ratio = f" (median {s['median_us'] / s['p10_us']:.1f}x p10)" if s.get("p10_us") else ""
+            parts.append(f"{name} run's samples disturbed{ratio}")
+    return "; ".join(parts) + ": re-run to judge" if parts else ""
+
+
 def judge(base: Record | None, cur: Record | None, max_drop: float) -> Comparison:
     ref = cur or base
     key = dict(suite=ref.suite, case=ref.case, dtype=ref.dtype, impl=ref.impl)
@@ -126,8 +140,11 @@ def judge(base: Record | None, cur: Record | None, max_drop: float) -> Compariso
         verdict = "faster" if real else "ambiguous"
     else:
         verdict = "same"
+    note = disturbed_note(base, cur)
+    if note and verdict in ("slower", "faster"):
+        verdict = "ambiguous"
     return Comparison(**key, verdict=verdict, baseline_gbps=base.gbps, current_gbps=cur.gbps, change=change,
-                      p_value=p, test=test)
+                      p_value=p, test=test, note=note)
 
 
 def check_same_gpu(baseline: RunDocument, current: RunDocument, ignore_gpu: bool) -> None:
@@ -214,13 +231,13 @@ def markdown(comparisons: Sequence[Comparison], max_drop: float) -> str:
     head = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     status = "❌ regression" if has_regression(comparisons) else "✅ no regression"
     lines = [f"**bwbench compare**: {status} (threshold {max_drop:.1%}; {head})", "",
-             "| verdict | suite | case | dtype | impl | baseline GB/s | current GB/s | change | p |",
-             "|---|---|---|---|---|---:|---:|---:|---:|"]
+             "| verdict | suite | case | dtype | impl | baseline GB/s | current GB/s | change | p | note |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---|"]
     for c in rows:
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             c.verdict, _md(c.suite), _md(c.case), _md(c.dtype), _md(c.impl),
             "—" if c.baseline_gbps is None else f"{c.baseline_gbps:,.0f}",
             "—" if c.current_gbps is None else f"{c.current_gbps:,.0f}",
             "—" if c.change is None else f"{c.change:+.1%}",
-            "—" if c.p_value is None else f"{c.p_value:.2g}"))
+            "—" if c.p_value is None else f"{c.p_value:.2g}", _md(c.note)))
     return "\n".join(lines) + "\n"

@@ -78,12 +78,16 @@ never passed 1.12x the p10, while a ReLU forward record of 2026-11-22 that passe
 (p10 9.4 us, median 15.7 us, p90 74 us)."""
 
 
+DISTURBED_WARNING = "disturbed samples:"
+"""How `disturbance`'s warning starts: the gate finds disturbed records by it."""
+
+
 def disturbance(stats: Stats) -> str | None:
     """A warning for a record whose samples were disturbed (see DISTURBED_MEDIAN_OVER_P10), or None.
     Its median is not the kernel's speed: re-run the case rather than trust or gate on it."""
     if stats.count < 2 or stats.p10_us <= 0 or stats.median_us <= DISTURBED_MEDIAN_OVER_P10 * stats.p10_us:
         return None
-    return (f"disturbed samples: the median ({stats.median_us:.1f} us) is {stats.median_us / stats.p10_us:.2f}x "
+    return (f"{DISTURBED_WARNING} the median ({stats.median_us:.1f} us) is {stats.median_us / stats.p10_us:.2f}x "
             f"the p10 ({stats.p10_us:.1f} us); something else used the GPU or its clocks moved - re-run this case")
 
 

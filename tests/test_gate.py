@@ -12,6 +12,7 @@ from bwbench.cli import app
 from bwbench.gate import (GateInputError, compare_runs, copy_fraction_violations, has_regression, judge,
                           mann_whitney_p, markdown, parse_fraction)
 from bwbench.results import Record, ResultsWriter, RunDocument, read_document
+from bwbench.stats import disturbance, summarize
 
 DATA = Path(__file__).parent / "data"
 RUN_A, RUN_B = DATA / "h200-softmax-run1.json", DATA / "h200-softmax-run2.json"
@@ -104,6 +105,57 @@ def test_markdown_escapes_results_text():
     base = timed("a|b<script>", noisy(100))
     text = markdown([judge(base, base, 0.05)], 0.05)
     assert "a\\|b&lt;script>" in text and "no regression" in text
+
+
+def disturbed(impl, samples):
+    """A record as the runner writes it for a disturbed sample set: its warning in the reason."""
+    record = timed(impl, samples)
+    record.reason = disturbance(summarize(samples, converged=False))
+    assert record.reason is not None
+    return record
+
+
+# Most samples 1/0.7x slower than a fast p10: the median says 30% less bandwidth, the p10 does not.
+SLOWED_30 = noisy(100, n=40, seed=3) + noisy(100 / 0.7, n=160, seed=4)
+
+
+def test_a_drop_in_disturbed_current_samples_is_ambiguous_not_a_regression(tmp_path):
+    base = timed("torch", noisy(100, seed=1))
+    clean = judge(base, timed("torch", SLOWED_30), 0.05)
+    assert clean.verdict == "slower" and clean.change == pytest.approx(-0.3, abs=0.02) and clean.note == ""
+    verdict = judge(base, disturbed("torch", SLOWED_30), 0.05)
+    assert verdict.verdict == "ambiguous" and verdict.change == clean.change
+    assert verdict.note.startswith("current run's samples disturbed (median 1.4x p10)")
+    assert "baseline" not in verdict.note
+    # Through the results files and the command: exit 0, the note in the JSON verdicts.
+    comparisons = compare_runs(doc([base]), doc([disturbed("torch", SLOWED_30)]), 0.05)
+    assert [c.verdict for c in comparisons] == ["ambiguous"] and not has_regression(comparisons)
+    for name, records in (("base", [base]), ("cur", [disturbed("torch", SLOWED_30)])):
+        ResultsWriter(tmp_path / f"{name}.json", doc(records)).finish()
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
+                                      "--json", str(tmp_path / "verdicts.json")])
+    assert result.exit_code == 0, result.output
+    verdicts = json.loads((tmp_path / "verdicts.json").read_text())
+    assert verdicts["regression"] is False
+    assert verdicts["comparisons"][0]["note"].startswith("current run's samples disturbed")
+    # The CI job summary says why too.
+    summary = markdown(comparisons, 0.05)
+    assert "| ambiguous |" in summary and "current run's samples disturbed" in summary
+
+
+def test_a_disturbed_baseline_is_ambiguous_too_and_same_keeps_its_note():
+    steady = timed("torch", noisy(100, seed=1))
+    # The baseline's median was slowed by the disturbance: the steady run looks 43% faster.
+    faster = judge(disturbed("torch", SLOWED_30), steady, 0.05)
+    assert faster.change > 0.3 and faster.verdict == "ambiguous"
+    assert faster.note.startswith("baseline run's samples disturbed (median 1.4x p10)")
+    assert "current" not in faster.note
+    assert judge(timed("torch", SLOWED_30), steady, 0.05).verdict == "faster"
+    both = judge(disturbed("torch", SLOWED_30), disturbed("torch", SLOWED_30), 0.05)
+    assert both.verdict == "same" and "baseline run's" in both.note and "current run's" in both.note
+    failed = timed("torch", noisy(100), status="failed")
+    failed.gbps = None
+    assert judge(disturbed("torch", SLOWED_30), failed, 0.05).verdict == "failed"
 
 
 # --- on real recorded results: two consecutive default softmax runs on an H200 -----------------
