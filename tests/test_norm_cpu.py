@@ -368,6 +368,58 @@ def test_welford_chan_on_catastrophic_cancellation_rows(cols, lanes):
     np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
 
 
+def two_pass_statistics(x: np.ndarray, lanes: int, eps: float):
+    """mean, rstd and the centered shifted values of float32 x, as norm_warp computes full rows:
+    shift by x[:, 0]; each lane sums its columns lane, lane + lanes, ...; a butterfly sum over the
+    lanes gives mean' = sum / cols; then the same for the squares of the centered values."""
+    rows, cols = x.shape
+    k = x[:, 0].copy()
+    xs = (x - k[:, None]).astype(F32)
+
+    def lane_sums(values):
+        sums = []
+        for lane in range(lanes):
+            acc = np.zeros(rows, F32)
+            for c in range(lane, cols, lanes):
+                acc = (acc + values[:, c]).astype(F32)
+            sums.append(acc)
+        mask = 1
+        while mask < lanes:  # xor butterfly: a + b and b + a are the same float
+            sums = [(sums[l] + sums[l ^ mask]).astype(F32) for l in range(lanes)]
+            mask *= 2
+        return sums[0]
+
+    shifted = (lane_sums(xs) / F32(cols)).astype(F32)
+    centered = (xs - shifted[:, None]).astype(F32)
+    m2 = lane_sums((centered * centered).astype(F32))
+    rstd = (1 / np.sqrt((m2 / F32(cols)).astype(F32) + F32(eps))).astype(F32)
+    return (k + shifted).astype(F32), rstd, centered
+
+
+@pytest.mark.parametrize("cols,lanes", [(32, 2), (256, 8), (1024, 32), (2048, 32)])
+def test_two_pass_on_catastrophic_cancellation_rows(cols, lanes):
+    """norm_warp's full rows (the row in registers): as accurate as Welford and Chan on rows of
+    mean 1e4 and std 1, y within float32's tolerance."""
+    x = _cancellation_rows(16, cols, seed=cols + 1)
+    eps = 1e-5
+    mean, rstd, centered = two_pass_statistics(x, lanes, eps)
+    x64 = x.astype(np.float64)
+    ref_mean = x64.mean(1)
+    ref_rstd = 1 / np.sqrt(x64.var(1) + eps)
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-5, atol=0)
+    np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5, atol=0)
+    gamma = np.random.default_rng(1).standard_normal(cols).astype(F32)
+    beta = np.random.default_rng(2).standard_normal(cols).astype(F32)
+    y = _fma((centered * rstd[:, None]).astype(F32), gamma, beta)
+    ref_y = (x64 - ref_mean[:, None]) * ref_rstd[:, None] * gamma + beta
+    np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
+    # Without the shift by x[:, 0] the float32 mean of these rows is off by up to half an ulp of
+    # 1e4, and y with it: the shift is what makes the two-pass form exact enough.
+    unshifted = (x.astype(F32).sum(1, dtype=F32) / F32(cols)).astype(F32)
+    y_unshifted = _fma(((x - unshifted[:, None]).astype(F32) * rstd[:, None]).astype(F32), gamma, beta)
+    assert np.abs(y_unshifted - ref_y).max() > 1e-4
+
+
 def test_one_pass_formula_fails_on_the_same_rows():
     """The rows really are hard: E[x^2] - E[x]^2 in float32 is off by orders of magnitude (or
     negative, so its rstd is NaN), which is what Welford avoids."""

@@ -4,8 +4,9 @@
     rms_norm(x, gamma, eps)         -> (y, rstd)
 
 `layer_norm` / `rms_norm` are the optimized kernels: one read of x, Welford per thread merged with
-Chan's formula across lanes and warps (LayerNorm), 16-byte packs, and a tier chosen by the row
-length as for the softmax (`plan`):
+Chan's formula across lanes and warps (LayerNorm; full rows of the warp tier, held whole in
+registers, take the cheaper shifted two-pass sums instead), 16-byte packs, and a tier chosen by
+the row length as for the softmax (`plan`):
 
 - "warp": a group of 1 ... 32 lanes per row, the row in registers, for cols <= 1024;
 - "registers": one block per row, the row in the block's registers (4 or 8 16-byte packs a
