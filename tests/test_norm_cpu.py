@@ -352,20 +352,26 @@ def test_welford_chan_on_catastrophic_cancellation_rows(cols, lanes):
     x = _cancellation_rows(16, cols, seed=cols)
     eps = 1e-5
     mean, rstd, shifted = welford_chan_statistics(x, lanes, eps)
+    xs = (x - x[:, :1]).astype(F32)
+    _check_against_float64(x, mean, rstd, (xs - shifted[:, None]).astype(F32), eps)
+
+
+def _check_against_float64(x, mean, rstd, centered, eps):
+    """mean and rstd within 1e-5 of float64, and y as the kernels form it, ((x - K) - mean') * rstd
+    * gamma + beta, within float32's own tolerance, though the float32 mean alone is off by up to
+    half an ulp of 1e4 (5e-4). Returns gamma, beta and the float64 y."""
+    cols = x.shape[1]
     x64 = x.astype(np.float64)
     ref_mean = x64.mean(1)
     ref_rstd = 1 / np.sqrt(x64.var(1) + eps)
     np.testing.assert_allclose(mean, ref_mean, rtol=1e-5, atol=0)
     np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5, atol=0)
-
-    # y as the kernel forms it, ((x - K) - mean') * rstd: within float32's own tolerance, though
-    # the float32 mean alone is off by up to half an ulp of 1e4 (5e-4).
     gamma = np.random.default_rng(1).standard_normal(cols).astype(F32)
     beta = np.random.default_rng(2).standard_normal(cols).astype(F32)
-    xs = (x - x[:, :1]).astype(F32)
-    y = _fma(((xs - shifted[:, None]).astype(F32) * rstd[:, None]).astype(F32), gamma, beta)
+    y = _fma((centered * rstd[:, None]).astype(F32), gamma, beta)
     ref_y = (x64 - ref_mean[:, None]) * ref_rstd[:, None] * gamma + beta
     np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
+    return gamma, beta, ref_y
 
 
 def two_pass_statistics(x: np.ndarray, lanes: int, eps: float):
@@ -403,16 +409,7 @@ def test_two_pass_on_catastrophic_cancellation_rows(cols, lanes):
     x = _cancellation_rows(16, cols, seed=cols + 1)
     eps = 1e-5
     mean, rstd, centered = two_pass_statistics(x, lanes, eps)
-    x64 = x.astype(np.float64)
-    ref_mean = x64.mean(1)
-    ref_rstd = 1 / np.sqrt(x64.var(1) + eps)
-    np.testing.assert_allclose(mean, ref_mean, rtol=1e-5, atol=0)
-    np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5, atol=0)
-    gamma = np.random.default_rng(1).standard_normal(cols).astype(F32)
-    beta = np.random.default_rng(2).standard_normal(cols).astype(F32)
-    y = _fma((centered * rstd[:, None]).astype(F32), gamma, beta)
-    ref_y = (x64 - ref_mean[:, None]) * ref_rstd[:, None] * gamma + beta
-    np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
+    gamma, beta, ref_y = _check_against_float64(x, mean, rstd, centered, eps)
     # Without the shift by x[:, 0] the float32 mean of these rows is off by up to half an ulp of
     # 1e4, and y with it: the shift is what makes the two-pass form exact enough.
     unshifted = (x.astype(F32).sum(1, dtype=F32) / F32(cols)).astype(F32)
