@@ -114,6 +114,14 @@ __device__ __forceinline__ Stat block_merge_packs(Stat (&s)[V], int width) {
     return t;
 }
 
+// The channel whose block total thread t holds after block_merge_packs / block_sum_packs, in a
+// block of a (tiles, S) grid whose tile spans `width` packs of V channels.
+template <int V>
+__device__ __forceinline__ int pack_channel(int width) {
+    const int t = static_cast<int>(threadIdx.x);
+    return (static_cast<int>(blockIdx.x) * width + t % width) * V + t / width;
+}
+
 // block_sum of two values for V channels a thread at once, as block_merge_packs does it.
 template <int V>
 __device__ __forceinline__ void block_sum_packs(float (&a)[V], float (&b)[V], int width, float& ta, float& tb) {
@@ -294,8 +302,7 @@ __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float*
 #pragma unroll
     for (int k = 0; k < V; ++k) st[k] = from_sums(static_cast<float>(count), s1[k], s2[k]);
     const Stat t = block_merge_packs<V>(st, tx_threads);
-    const int c = (blockIdx.x * tx_threads + static_cast<int>(threadIdx.x) % tx_threads) * V +
-                  static_cast<int>(threadIdx.x) / tx_threads;
+    const int c = pack_channel<V>(tx_threads);
     if (static_cast<int>(threadIdx.x) < V * tx_threads && c < C) store_partial(ws, s, S, C, c, t);
 }
 
@@ -406,8 +413,7 @@ __device__ __forceinline__ void nhwc_block_grad(const T* __restrict__ dy, const 
     }
     float a, b;
     block_sum_packs<V>(sg, sgx, tx_threads, a, b);
-    const int c = (blockIdx.x * tx_threads + static_cast<int>(threadIdx.x) % tx_threads) * V +
-                  static_cast<int>(threadIdx.x) / tx_threads;
+    const int c = pack_channel<V>(tx_threads);
     if (static_cast<int>(threadIdx.x) < V * tx_threads && c < C) {
         ws[s * C + c] = a;
         ws[s * C + c + S * C] = b;
