@@ -128,17 +128,11 @@ def test_plan_picks_the_tier_by_cols():
     gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
     p = norm.plan(1024, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("warp", "norm_warp<half_t, false, 8, 32, 32, 1>", 128, 0)
-    # ... timed against two rows a group at a time and against a block of 128 threads holding a
-    # pack each; 512 columns: two packs a lane, timed against four and against 64 threads.
-    assert [c.kernel for c in p.alternatives] == ["norm_warp<half_t, false, 8, 32, 32, 2>",
-                                                  "norm_rows<half_t, false, 8, 1, 128, false>"]
+    # ... timed against two rows a group at a time; 512 columns: two packs a lane, timed against four.
+    assert [c.kernel for c in p.alternatives] == ["norm_warp<half_t, false, 8, 32, 32, 2>"]
     p = norm.plan(512, "half_t", False, 8, gpu, limit)
     assert [c.kernel for c in p.candidates] == ["norm_warp<half_t, false, 8, 16, 32, 2>", "norm_warp<half_t, false, 8, 32, 16, 2>",
-                                                "norm_warp<half_t, false, 8, 32, 16, 1>",
-                                                "norm_rows<half_t, false, 8, 1, 64, false>"]
-    assert [c.kernel for c in norm.plan(256, "half_t", True, 8, gpu, limit).alternatives][-1] == (
-        "norm_rows<half_t, true, 8, 1, 32, false>")
-    assert norm.plan(128, "half_t", False, 8, gpu, limit).alternatives == ()
+                                                "norm_warp<half_t, false, 8, 32, 16, 1>"]
     assert norm.plan(64, "half_t", False, 8, gpu, limit).alternatives == ()
     # 2 KiB rows: the warp tier (64 columns a lane), timed against the two block tiers.
     p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
@@ -463,7 +457,7 @@ def test_registers_tier_candidates_cover_the_row_with_the_smallest_block():
                 chosen = norm.rows_candidates(packs, ctype, rms)
                 for c in chosen:
                     assert c.pack == pack and c.packs_per_thread * c.block >= packs
-                    assert c.block == norm._register_blocks(c.packs_per_thread)[0] or c.packs_per_thread * c.block < 2 * packs
+                    assert c.block == norm.REGISTER_BLOCKS[0] or c.packs_per_thread * c.block < 2 * packs
                 if packs * pack <= norm.rows_max_cols(ctype, rms):
                     assert chosen, (ctype, rms, packs)
                 # Held parameters first, for each packs-a-thread.

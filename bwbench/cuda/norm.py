@@ -84,11 +84,7 @@ WARP_MAX_COLS = 2048
 1024 are also timed against the shared-memory tier on first use (`plan`'s alternatives)."""
 
 WARP_SURE_COLS = 1024
-"""Up to here the warp tier is used without timing the block tiers."""
-
-ROWS_IN_WARP_RANGE_PACKS = 32
-"""Rows of at least this many full packs (half 256 columns) also time the registers tier against
-the warp tier."""
+"""Up to here the warp tier is used without timing alternatives."""
 
 BLOCK_SIZES = (32, 64, 128, 256, 512)
 """Candidate threads per block of the block tiers, smallest first."""
@@ -104,14 +100,10 @@ STEP_LATENCY_US per step of its second pass (a round trip for gamma and beta). M
 H200, a block tier is latency-bound (its throughput is rows in flight x row bytes / time per row),
 so these only rank the block sizes; the launcher then times the candidates once per shape."""
 
-REGISTER_PACKS = (4, 8, 1)
-"""16-byte packs a thread holds in the registers tier (norm_rows' P). One pack a thread (blocks
-of ONE_PACK_BLOCKS only) spreads a row of 32-128 packs (half 256-1024 columns) over one to four
-warps, as torch.compile's LayerNorm does there (a program of 1-4 warps a row, 4-8 values a
-thread); it is timed against the warp tier."""
+REGISTER_PACKS = (4, 8)
+"""16-byte packs a thread holds in the registers tier (norm_rows' P)."""
 
 REGISTER_BLOCKS = (64, 128, 256, 512, 1024)
-ONE_PACK_BLOCKS = (32, 64, 128)
 """Threads per block of the registers tier (norm_rows' B): a row is P x B packs at most."""
 
 REGISTER_HOLD_PACKS = 4
@@ -265,7 +257,7 @@ def rows_configs(ctype: str, rms: bool) -> tuple[RowsConfig, ...]:
     pack = full_pack(ctype)
     configs = []
     for per_thread in REGISTER_PACKS:
-        for block in _register_blocks(per_thread):
+        for block in REGISTER_BLOCKS:
             budget = min(255, 65536 // block) - REGISTER_SPARE
             row_regs = per_thread * 4
             held_regs = per_thread * pack * (1 if rms else 2)
@@ -275,10 +267,6 @@ def rows_configs(ctype: str, rms: bool) -> tuple[RowsConfig, ...]:
                 if row_regs + (held_regs if hold else 0) <= budget:
                     configs.append(RowsConfig(pack, per_thread, block, hold))
     return tuple(configs)
-
-
-def _register_blocks(per_thread: int) -> tuple[int, ...]:
-    return ONE_PACK_BLOCKS if per_thread == 1 else REGISTER_BLOCKS
 
 
 def rows_max_cols(ctype: str, rms: bool) -> int:
@@ -293,7 +281,7 @@ def rows_candidates(packs: int, ctype: str, rms: bool) -> list[RowsConfig]:
     declared = set(rows_configs(ctype, rms))
     chosen = []
     for per_thread in REGISTER_PACKS:
-        block = max(_register_blocks(per_thread)[0], _next_pow2(-(-packs // per_thread)))
+        block = max(REGISTER_BLOCKS[0], _next_pow2(-(-packs // per_thread)))
         for hold in (True, False):
             config = RowsConfig(full_pack(ctype), per_thread, block, hold)
             if config in declared:
@@ -408,15 +396,13 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
             return []
         return block_plans("smem")
 
-    def register_plans(per_thread: int | None = None) -> list[NormPlan]:
+    def register_plans() -> list[NormPlan]:
         """Plans of the registers tier (full 16-byte packs only; `block` is not forced here:
-        the block size is part of the instantiation), of `per_thread` packs a thread if given."""
+        the block size is part of the instantiation)."""
         if tier not in (None, "registers") or pack != full_pack(ctype) or block is not None:
             return []
         plans = []
         for config in rows_candidates(packs, ctype, rms):
-            if per_thread is not None and config.packs_per_thread != per_thread:
-                continue
             name = config.name(ctype, rms)
             if occupancy(name, config.block, 0) > 0:
                 plans.append(NormPlan("registers", name, pack, config.block, 0, 1))
@@ -430,8 +416,6 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
                       for c in warp_alternatives(cols, pack, ctype)]
             if tier is None and cols > WARP_SURE_COLS:
                 return _with_alternatives(warp, others + register_plans() + smem_plans())
-            if tier is None and packs >= ROWS_IN_WARP_RANGE_PACKS:
-                return _with_alternatives(warp, others + register_plans(per_thread=1))
             return _with_alternatives(warp, others)
         if tier == "warp":
             raise ValueError(f"the warp tier holds at most {WARP_MAX_COLS} columns, got {cols}")
