@@ -104,21 +104,25 @@ VERDICT_STYLE = {"faster": "green", "same": "dim", "slower": "bold red", "ambigu
 
 
 def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Table:
-    """The verdicts of `bwbench compare`, interesting ones first; unchanged ones only with --all."""
-    from .gate import LISTING_ORDER, has_regression
+    """The verdicts of `bwbench compare`, interesting ones first; unchanged ones, and the records of
+    baseline suites the current run did not include, only with --all (those suites get one line)."""
+    from .gate import LISTING_ORDER, absent_line, absent_suites, has_regression
 
     order = {v: i for i, v in enumerate(LISTING_ORDER)}
     rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
     counts = ", ".join(f"{sum(c.verdict == v for c in comparisons)} {v}" for v in order
                        if any(c.verdict == v for c in comparisons))
     verdict = "[bold red]regression[/]" if has_regression(comparisons) else "[green]no regression[/]"
-    table = Table(title=f"{verdict} at a {max_drop:.1%} threshold ({counts})", title_justify="left")
+    absent = {} if show_all else absent_suites(comparisons)
+    table = Table(title=f"{verdict} at a {max_drop:.1%} threshold ({counts})", title_justify="left",
+                  caption=absent_line(absent) + (" (--all lists them)" if absent else "") or None,
+                  caption_justify="left")
     for col, justify in (("verdict", "left"), ("suite", "left"), ("case", "left"), ("dtype", "left"),
                          ("impl", "left"), ("baseline GB/s", "right"), ("current GB/s", "right"),
                          ("change", "right"), ("p", "right"), ("note", "left")):
         table.add_column(col, justify=justify)
     for c in rows:
-        if c.verdict == "same" and not show_all:
+        if (c.verdict == "same" and not show_all) or c.suite in absent:
             continue
         style = VERDICT_STYLE.get(c.verdict, "")
         table.add_row(f"[{style}]{c.verdict}[/]", c.suite, c.case, c.dtype, c.impl, _gb(c.baseline_gbps),

@@ -21,6 +21,8 @@ VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed",
 REGRESSIONS = ("slower", "failed")
 LISTING_ORDER = ("failed", "slower", "ambiguous", "still failing", "missing", "faster", "new", "same")
 """The order verdicts are listed in (tables, markdown): what needs attention first."""
+ABSENT = "absent from the current run"
+"""The note of a baseline record the current run has no record for at all."""
 RANK_TEST_MIN_SAMPLES = 10
 SIGNIFICANCE = 0.01
 
@@ -127,7 +129,7 @@ def judge(base: Record | None, cur: Record | None, max_drop: float) -> Compariso
                           p_value=None, test="", note="not measured in either run")
     if not cur_ok:
         return Comparison(**key, verdict="missing", baseline_gbps=base.gbps, current_gbps=None, change=None,
-                          p_value=None, test="", note=(cur.reason if cur else "absent from the current run") or "")
+                          p_value=None, test="", note=(cur.reason if cur else ABSENT) or "")
     if not base_ok:
         return Comparison(**key, verdict="new", baseline_gbps=None, current_gbps=cur.gbps, change=None,
                           p_value=None, test="")
@@ -176,6 +178,24 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
 
     return [judge(base.get(k), cur.get(k), max_drop) for k in keys
             if (include_copy or k[3] != COPY_IMPL) and big_enough(k)]
+
+
+def absent_suites(comparisons: Sequence[Comparison]) -> dict[str, int]:
+    """Suites of the baseline that the current run has no record of (a run of fewer suites than
+    the baseline), with their record counts: listed as one line each instead of a row a record."""
+    suites: dict[str, int] = {}
+    present = {c.suite for c in comparisons if not (c.verdict == "missing" and c.note == ABSENT)}
+    for c in comparisons:
+        if c.suite not in present:
+            suites[c.suite] = suites.get(c.suite, 0) + 1
+    return suites
+
+
+def absent_line(suites: dict[str, int]) -> str:
+    """'not in the current run: bn_relu (24 records), dropout (48 records)', or ''."""
+    if not suites:
+        return ""
+    return "not in the current run: " + ", ".join(f"{s} ({n} records)" for s, n in suites.items())
 
 
 def has_regression(comparisons: Iterable[Comparison]) -> bool:
@@ -233,11 +253,16 @@ def markdown(comparisons: Sequence[Comparison], max_drop: float) -> str:
     lines = [f"**bwbench compare**: {status} (threshold {max_drop:.1%}; {head})", "",
              "| verdict | suite | case | dtype | impl | baseline GB/s | current GB/s | change | p | note |",
              "|---|---|---|---|---|---:|---:|---:|---:|---|"]
+    absent = absent_suites(comparisons)
     for c in rows:
+        if c.suite in absent:
+            continue
         lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             c.verdict, _md(c.suite), _md(c.case), _md(c.dtype), _md(c.impl),
             "—" if c.baseline_gbps is None else f"{c.baseline_gbps:,.0f}",
             "—" if c.current_gbps is None else f"{c.current_gbps:,.0f}",
             "—" if c.change is None else f"{c.change:+.1%}",
             "—" if c.p_value is None else f"{c.p_value:.2g}", _md(c.note)))
+    if absent:
+        lines += ["", _md(absent_line(absent))]
     return "\n".join(lines) + "\n"

@@ -242,3 +242,32 @@ def test_min_bytes_leaves_small_records_out_of_the_gate(tmp_path):
     assert bad.exit_code == 2 and "cannot read" in bad.output
     none = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--min-bytes", "1TB"])
     assert none.exit_code == 2 and "no record" in none.output
+
+
+def test_suites_the_current_run_left_out_are_one_line_not_a_row_each(tmp_path):
+    """A baseline of two suites against a run of one: the other suite's records are all `missing`
+    (so JSON and the counts keep them) but are listed as one line; a record missing from a suite
+    that did run is still a row of its own."""
+    base = [timed("torch", noisy(100), case=f"rows=4096,cols={c}") for c in (256, 1024)]
+    other = []
+    for c in (32, 64, 128):
+        r = timed("naive", noisy(50), case=f"rows=4096,cols={c}")
+        r.suite = "layernorm"
+        other.append(r)
+    ResultsWriter(tmp_path / "base.json", doc(base + other)).finish()
+    ResultsWriter(tmp_path / "cur.json", doc([timed("torch", noisy(100), case="rows=4096,cols=256")])).finish()
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
+                                 "--markdown", str(tmp_path / "c.md"), "--json", str(tmp_path / "c.json")],
+                           terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "not in the current run: layernorm (3 records)" in result.output
+    assert "cols=32" not in result.output and "cols=1024" in result.output  # missing in a suite that ran
+    text = (tmp_path / "c.md").read_text()
+    assert "not in the current run: layernorm (3 records)" in text and "| layernorm |" not in text
+    verdicts = [c["verdict"] for c in json.loads((tmp_path / "c.json").read_text())["comparisons"]]
+    assert verdicts.count("missing") == 4
+    everything = runner.invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"), "--all"],
+                               terminal_width=200)
+    assert "cols=32" in everything.output and "not in the current run" not in everything.output
