@@ -337,6 +337,20 @@ ones leaves SMs idle. Half rows of a 32-element tile are only 64 bytes, so float
 tiny problems. Measured on an H200 (notes/permute.md)."""
 
 
+WIDE_TILE_CONFIGS: tuple[TileConfig, ...] = tuple(
+    TileConfig(size, 16 // size, 16 // size, 64, threads) for size in (2, 4) for threads in (128, 256))
+"""Large tiles moving 16-byte packs on both sides (8 halves or 4 floats an access), for sides that
+are multiples of the pack. On an H100 (scripts/permute_configs.py, cold) these were the fastest or
+within 1% of it on most large float16 transposes and on float32 matrices of 8192 columns; the same
+packs in 32 x 32 tiles of 64 or 128 threads (the tile torch.compile's Triton kernel takes for a small
+half transpose) were 2-5% slower than 64 x 64 tiles, and were dropped."""
+
+
+WIDE_PACKS: tuple[int, ...] = (2,)
+"""Element sizes whose large tiles move 16-byte packs on both sides where both sides and pointers
+allow (WIDE_TILE_CONFIGS, 256 threads)."""
+
+
 def compiled_tile_configs() -> list[TileConfig]:
     """Every tiled configuration the launcher compiles (the planner only picks among these)."""
     configs = [TileConfig(size, vr, vw, side) for size, vecs in TILE_VECS.items() for side in TILE_SIDES[size]
@@ -347,6 +361,7 @@ def compiled_tile_configs() -> list[TileConfig]:
                 for size, vecs in TILE_VECS.items() for side in TILE_SIDES[size] for vr in vecs]
     configs += [TileConfig(size, WORD // size, TILE_VECS[size][0], TILE_SIDES[size][0], shifted=True,
                            write_align=WRITE_ALIGN[size]) for size in (1, 2)]
+    configs += WIDE_TILE_CONFIGS
     return configs
 
 
@@ -371,7 +386,7 @@ def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], 
     where aligned ones would be narrower than 4 bytes), writes as wide as the rows and the
     destination allow, the large tile unless the problem is small. With `aligned_writes`, output
     rows (of stride `dst_row_stride`, default `rows`) that start off a WRITE_ALIGN boundary are
-    written in whole aligned pieces, with the widest packs."""
+    written in whole aligned pieces, with the widest packs. Large plain tiles move 16-byte packs where everything is aligned to them (WIDE_PACKS)."""
     vr, vw = tile_vec(itemsize, cols, src_address), tile_vec(itemsize, rows, dst_address)
     shifted = False
     wide = SHIFTED_VEC.get(itemsize)
@@ -389,6 +404,11 @@ def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], 
         if itemsize in WORD_READS_WITH_ALIGNED_WRITES and int(src_address) % WORD == 0:
             return TileConfig(itemsize, WORD // itemsize, TILE_VECS[itemsize][0], side, shifted=True,
                               write_align=align)
+    if not shifted and side == sides[0]:
+        wide = 16 // itemsize
+        if (itemsize in WIDE_PACKS and cols % wide == 0 and rows % wide == 0
+                and int(src_address) % 16 == 0 and int(dst_address) % 16 == 0):
+            return TileConfig(itemsize, wide, wide, side, 256)
     return TileConfig(itemsize, vr, vw, side, shifted=shifted)
 
 

@@ -171,6 +171,40 @@ __device__ __forceinline__ void read_packed_rows(U (*tile)[COLS], const U* __res
     }
 }
 
+// The full-tile read for rows of 1- or 2-byte elements that start anywhere (C odd), as 4-byte words:
+// one warp per tile row (VR * BYTES == 4, 32 lanes), row k of `tile` taking input row first_row +
+// k * row_stride. Each lane reads the aligned word holding its elements' start, takes the next lane's
+// word through a shuffle (the last lane reads one more word when the row is not word-aligned) and
+// cuts its 4 bytes out of the pair with a byte permute: one 4-byte load per lane per row instead of
+// VR single-element loads, and every word read holds at least one element of the row.
+template <typename U, int VR, int YR, int STEPS, int GROUP, int COLS, typename I>
+__device__ __forceinline__ void read_word_rows(U (*tile)[COLS], const U* __restrict__ base, I first_row,
+                                               I row_stride, int xr, int yr) {
+    static_assert(VR * sizeof(U) == 4, "word reads move 4 bytes a lane");
+    static_assert(STEPS % GROUP == 0, "groups must split the steps");
+#pragma unroll
+    for (int g = 0; g < STEPS; g += GROUP) {
+        unsigned w[GROUP], tail[GROUP];
+#pragma unroll
+        for (int k = 0; k < GROUP; ++k) {
+            const I at = first_row + static_cast<I>(yr + (g + k) * YR) * row_stride;
+            const int h = static_cast<int>(at & (VR - 1));
+            const unsigned* words = reinterpret_cast<const unsigned*>(base + (at - h));
+            w[k] = words[xr];
+            tail[k] = (xr == 31 && h != 0) ? words[32] : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < GROUP; ++k) {
+            const I at = first_row + static_cast<I>(yr + (g + k) * YR) * row_stride;
+            const int h = static_cast<int>(at & (VR - 1));  // the same for the whole warp
+            unsigned next = __shfl_down_sync(0xffffffffu, w[k], 1);
+            if (xr == 31) next = tail[k];
+            *reinterpret_cast<unsigned*>(&tile[yr + (g + k) * YR][xr * VR]) =
+                __byte_perm(w[k], next, 0x3210u + 0x1111u * static_cast<unsigned>(h * sizeof(U)));
+        }
+    }
+}
+
 }  // namespace bwperm
 
 #define BWPERM_SLOTS(type, name) \
@@ -370,9 +404,7 @@ __global__ void __launch_bounds__(THREADS)
 // since tile tr - 1 has just read them). Interior tiles write VW-element packs, which are aligned
 // whatever R is; tiles at an edge of the matrix write element by element.
 // SHIFT (1- and 2-byte elements, VR * BYTES == 4, one warp per tile row): input rows start anywhere
-// (C odd). Each lane reads the aligned 4-byte word holding its elements' start, takes the next
-// lane's word through a shuffle (the last lane reads one more word) and cuts its 4 bytes out of
-// the pair with a byte permute: one 4-byte load per lane (and one more for the last) per row.
+// (C odd) and are read as shifted 4-byte words (read_word_rows).
 template <int BYTES, int VR, int VW, int TILE, int THREADS, typename I, int ALIGN, bool SHIFT>
 __global__ void __launch_bounds__(THREADS)
     permute_tiled_aligned(const void* __restrict__ src_ptr, void* __restrict__ dst_ptr, I rows, I cols,
@@ -418,30 +450,9 @@ __global__ void __launch_bounds__(THREADS)
     if (r0 > 0 && rows_left > TILE && cols_left >= TILE) {
         constexpr int GROUP = group_of(SR, 16);
         if constexpr (SHIFT) {
-            static_assert(VR * BYTES == 4 && XR == 32, "word reads take one warp per tile row");
-            const U* __restrict__ base = static_cast<const U*>(src_ptr);
-            const I first_row = o.src_base + (r0 - LEAD) * src_row_stride + c0;
-#pragma unroll
-            for (int g = 0; g < SR; g += GROUP) {
-                unsigned w[GROUP], tail[GROUP];
-#pragma unroll
-                for (int k = 0; k < GROUP; ++k) {
-                    const I at = first_row + static_cast<I>(yr + (g + k) * YR) * src_row_stride;
-                    const int h = static_cast<int>(at & (VR - 1));
-                    const unsigned* words = reinterpret_cast<const unsigned*>(base + (at - h));
-                    w[k] = words[xr];
-                    tail[k] = (xr == 31 && h != 0) ? words[32] : 0u;
-                }
-#pragma unroll
-                for (int k = 0; k < GROUP; ++k) {
-                    const I at = first_row + static_cast<I>(yr + (g + k) * YR) * src_row_stride;
-                    const int h = static_cast<int>(at & (VR - 1));  // the same for the whole warp
-                    unsigned next = __shfl_down_sync(0xffffffffu, w[k], 1);
-                    if (xr == 31) next = tail[k];
-                    *reinterpret_cast<unsigned*>(&tile[yr + (g + k) * YR][xr * VR]) =
-                        __byte_perm(w[k], next, 0x3210u + 0x1111u * static_cast<unsigned>(h * BYTES));
-                }
-            }
+            static_assert(XR == 32, "word reads take one warp per tile row");
+            read_word_rows<U, VR, YR, SR, GROUP>(tile, static_cast<const U*>(src_ptr),
+                                                 o.src_base + (r0 - LEAD) * src_row_stride + c0, src_row_stride, xr, yr);
         } else {
             read_packed_rows<U, VR, YR, SR, GROUP>(tile, src, src_row_stride, xr, yr);
         }

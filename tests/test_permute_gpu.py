@@ -175,6 +175,26 @@ def test_aligned_writes_at_every_destination_phase(dtype, shape, perm):
     assert ran
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("shape, perm", [((3, 72, 136), (0, 2, 1)), ((2, 64, 3, 128), (3, 0, 2, 1)),
+                                         ((256, 512), (1, 0)), ((2, 40, 3, 72, 2, 64), (1, 4, 5, 0, 2, 3))],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_wide_tiles_when_forced(dtype, shape, perm):
+    """Every 16-byte-pack tile configuration is exact on full and partial tiles, under batch dims."""
+    from bwbench.cuda.permute import permute
+    from bwbench.permute_plan import WIDE_TILE_CONFIGS
+
+    x = _random(shape, dtype, seed=13)
+    expected = x.permute(perm).contiguous()
+    configs = [c for c in WIDE_TILE_CONFIGS if c.itemsize == x.element_size()]
+    assert configs
+    for config in configs:
+        out = _poisoned(expected.shape, dtype)
+        permute(x, perm, out=out, config=config)
+        torch.cuda.synchronize()
+        _assert_bit_exact(out, expected, f"{config} {dtype} {shape} by {perm}")
+
+
 def test_plans_take_the_article_paths():
     from bwbench.cuda.permute import plan_for
 

@@ -204,7 +204,7 @@ def test_plan_of_0_2_1_half_is_a_batch_transpose():
     assert (k.rows, k.cols, k.src_row_stride, k.dst_row_stride) == (1024, 2048, 2048, 1024)
     assert len(k.batch) == 1
     assert (k.batch[0].size, k.batch[0].src_stride, k.batch[0].dst_stride) == (64, 1024 * 2048, 1024 * 2048)
-    assert (k.config.vec_read, k.config.vec_write, k.config.tile) == (4, 4, 64)
+    assert (k.config.vec_read, k.config.vec_write, k.config.tile) == (8, 8, 64)   # 16-byte packs both ways
     assert k.tiles == (32, 16, 64)
 
 
@@ -396,6 +396,21 @@ def test_tiled_model_on_edge_tiles_and_batches():
         assert isinstance(plan.kernel, TilePlan)
         expected = np.ascontiguousarray(x.transpose(perm)).reshape(-1)
         assert np.array_equal(tiled_model(plan.kernel, x.reshape(-1)), expected), (shape, perm)
+
+
+def test_wide_half_tiles_need_both_sides_and_pointers_aligned_to_16_bytes():
+    wide = TileConfig(2, 8, 8, 64, 256)
+    assert wide in compiled_tile_configs()
+    assert plan_permute((64, 512, 512), (0, 2, 1), 2).kernel.config == wide
+    assert plan_permute((8192, 8192), (1, 0), 2).kernel.config == wide
+    # Input rows of 4 (mod 8) halves, or a pointer 8 bytes off 16, keep 8-byte packs (output rows of
+    # 4 (mod 8) halves start off a sector and take aligned writes).
+    assert plan_permute((64, 512, 516), (0, 2, 1), 2).kernel.config == TileConfig(2, 4, 4, 64)
+    assert plan_permute((64, 512, 512), (0, 2, 1), 2, src_address=8).kernel.config == TileConfig(2, 4, 4, 64)
+    assert plan_permute((64, 512, 512), (0, 2, 1), 2, dst_address=8).kernel.config == TileConfig(2, 4, 4, 64)
+    # Small problems keep the 32-wide tile, and float32 keeps its 8-byte packs.
+    assert plan_permute((8, 128, 128), (0, 2, 1), 2).kernel.config.tile == 32
+    assert plan_permute((64, 512, 512), (0, 2, 1), 4).kernel.config == TileConfig(4, 2, 2, 64)
 
 
 def test_aligned_writes_where_output_rows_start_off_a_sector():
