@@ -154,4 +154,12 @@ def _profile_target(spec: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    _profile_target(json.loads(sys.argv[1]))
+    # The target process `bwbench profile` starts under Nsight Compute; run by hand, say what it wants.
+    try:
+        target = json.loads(sys.argv[1]) if len(sys.argv) == 2 else None
+    except json.JSONDecodeError:
+        target = None
+    if not isinstance(target, dict):
+        sys.exit("python -m bwbench.profile SPEC: SPEC is the JSON record of one call (suite, impl, params, "
+                 "dtype, seed, gpu) that `bwbench profile` passes; use `bwbench profile --help` instead")
+    _profile_target(target)

@@ -56,3 +56,13 @@ def test_profile_argument_errors():
     runner = CliRunner()
     assert "one value per axis" in runner.invoke(app, ["profile", "softmax", "--impl", "naive", "--cols", "1,2"]).output
     assert runner.invoke(app, ["profile", "softmax", "--impl", "nope"]).exit_code == 2
+
+
+def test_profile_target_run_by_hand_explains_itself():
+    import subprocess
+    import sys
+
+    for args in ([], ["--help"], ["{not json"]):
+        done = subprocess.run([sys.executable, "-m", "bwbench.profile", *args], capture_output=True, text=True)
+        assert done.returncode != 0
+        assert "Traceback" not in done.stderr and "bwbench profile --help" in done.stderr
