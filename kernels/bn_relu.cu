@@ -516,6 +516,55 @@ __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const floa
 // its NHWC float16 coefficients alone take 32 registers, and 64 spills on sm_80).
 // ---------------------------------------------------------------------------------------------
 
+// The elementwise passes walk the tensor from its end down: the reduction before them (statistics
+// or gradient sums) swept it from the start up, all blocks together, so what it read last is still
+// in L2 when the pass starts, and up to an L2's worth of the second read of x (and dy, the mask)
+// comes from there instead of DRAM. -DBW_BNR_APPLY_IN_ORDER builds the start-up walk, for A/B runs.
+#ifdef BW_BNR_APPLY_IN_ORDER
+constexpr bool kApplyFromEnd = false;
+#else
+constexpr bool kApplyFromEnd = true;
+#endif
+
+// Item `step` of a grid-stride walk over `count` items, in the order above.
+__device__ __forceinline__ int walk_item(int step, int count) { return kApplyFromEnd ? count - 1 - step : step; }
+
+// For that reuse to last, what the pass reads for the last time and what it writes is marked
+// evict-first (ld/st.global.cs): otherwise each line it reads or writes pushes out the oldest line
+// the reduction left, which is the one the walk from the end needs next.
+// -DBW_BNR_APPLY_NO_HINTS builds plain accesses, for A/B runs.
+#ifdef BW_BNR_APPLY_NO_HINTS
+constexpr bool kApplyEvictFirst = false;
+#else
+constexpr bool kApplyEvictFirst = true;
+#endif
+
+// bitmask.cuh's load_pack and store_pack with the hint above on their 16-byte accesses.
+template <typename T, int V, bool Vec>
+__device__ __forceinline__ void load_pack_once(const T* __restrict__ p, int first, int n, T (&out)[V]) {
+    if (kApplyEvictFirst && Vec && first + V <= n) {
+        static_assert(sizeof(T) * V == 16, "16-byte packs");
+        const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p + first));
+        const bw::Pack<T, V> pack = *reinterpret_cast<const bw::Pack<T, V>*>(&raw);
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = pack.v[k];
+    } else {
+        bw::load_pack<T, V, Vec>(p, first, n, out);
+    }
+}
+
+template <typename T, int V, bool Vec>
+__device__ __forceinline__ void store_pack_once(T* __restrict__ p, int first, int n, const T (&in)[V]) {
+    if (kApplyEvictFirst && Vec && first + V <= n) {
+        bw::Pack<T, V> pack;
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = in[k];
+        __stcs(reinterpret_cast<uint4*>(p + first), *reinterpret_cast<const uint4*>(&pack));
+    } else {
+        bw::store_pack<T, V, Vec>(p, first, n, in);
+    }
+}
+
 template <bool kNhwc>
 __device__ __forceinline__ int channel_of(int i, int C, int HW) {
     return kNhwc ? i % C : (i / HW) % C;
@@ -546,12 +595,12 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_apply(const T* __restrict__
     const int chunks = (n + 32 * V - 1) / (32 * V);
     FwdCoef coef[NC];
     int cached = -1;
-    for (int ch = warp; ch < chunks; ch += warps) {
-        const int first = ch * (32 * V) + lane * V;
+    for (int step = warp; step < chunks; step += warps) {
+        const int first = walk_item(step, chunks) * (32 * V) + lane * V;
         const bool full = first + V <= n;
         T xv[V], zv[V];
-        bw::load_pack<T, V, Vec>(x, first, n, xv);
-        if constexpr (kResidual) bw::load_pack<T, V, Vec>(z, first, n, zv);
+        load_pack_once<T, V, Vec>(x, first, n, xv);
+        if constexpr (kResidual) load_pack_once<T, V, Vec>(z, first, n, zv);
         float out[V];
         unsigned b = 0;
         if (Vec && full) {
@@ -586,7 +635,7 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_apply(const T* __restrict__
         T yv[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) yv[k] = (b >> k) & 1u ? bw::from_float<T>(out[k]) : bw::from_float<T>(0.0f);
-        bw::store_pack<T, V, Vec>(y, first, n, yv);
+        store_pack_once<T, V, Vec>(y, first, n, yv);
         const unsigned word = bw::group_or<G>(b << ((lane * V) & 31));
         const int w = first >> 5;
         if ((lane & (G - 1)) == 0 && w * 32 < n) words[w] = word;
@@ -624,12 +673,13 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
     constexpr int NC = (kNhwc && Vec) ? V : 1;
     BwdCoef coef[NC];
     int cached = -1;
-    const int stride = gridDim.x * blockDim.x * V;
-    for (int first = (blockIdx.x * blockDim.x + threadIdx.x) * V; first < n; first += stride) {
+    const int packs = (n + V - 1) / V;
+    for (int step = blockIdx.x * blockDim.x + threadIdx.x; step < packs; step += gridDim.x * blockDim.x) {
+        const int first = walk_item(step, packs) * V;
         const bool full = first + V <= n;
         T gv[V], xv[V];
-        bw::load_pack<T, V, Vec>(dy, first, n, gv);
-        bw::load_pack<T, V, Vec>(x, first, n, xv);
+        load_pack_once<T, V, Vec>(dy, first, n, gv);
+        load_pack_once<T, V, Vec>(x, first, n, xv);
         unsigned bits = 0;
         if (Vec && full) {
             bits = bw::read_bits<V>(mask, mask_bytes, first);
@@ -666,8 +716,8 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
                 dzv[k] = (bits >> k) & 1u ? gv[k] : bw::from_float<T>(0.0f);
             }
         }
-        bw::store_pack<T, V, Vec>(dx, first, n, dxv);
-        if constexpr (kResidual) bw::store_pack<T, V, Vec>(dz, first, n, dzv);
+        store_pack_once<T, V, Vec>(dx, first, n, dxv);
+        if constexpr (kResidual) store_pack_once<T, V, Vec>(dz, first, n, dzv);
     }
 }
 
@@ -681,8 +731,9 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
 //            out the channels, merge their S partials and write them; barrier;
 //   phase C  the elementwise pass over the same elements the block reduced in phase A, walked in
 //            reverse so that what phase A read last, still in L2, is read first.
-// No launch gaps, no finalize launch, and the second read of x (dy, mask, x) partly hits L2; the
-// byte model still counts both reads. Needs 16-byte packs that never straddle a mask word's
+// No launch gaps, no finalize launch, and the second read of x (dy, mask, x) partly hits L2 (phase
+// C's last reads and its writes are marked evict-first, as in the separate passes); the byte model
+// still counts both reads. Needs 16-byte packs that never straddle a mask word's
 // owner: NCHW with HW % 32 == 0 (a channel's plane is whole words), NHWC with C % 32 == 0 (a row
 // is whole words). Other shapes take the three-kernel path.
 // ---------------------------------------------------------------------------------------------
@@ -729,8 +780,8 @@ __device__ __forceinline__ void forward_walk(int last, Where where, const T* __r
     const int lane = threadIdx.x & 31;
     auto load = [&](int off, bool active, T (&xv)[V], T (&zv)[V]) {
         if (!active) return;
-        bw::load_pack<T, V, true>(x, off, off + V, xv);
-        if constexpr (kResidual) bw::load_pack<T, V, true>(z, off, off + V, zv);
+        load_pack_once<T, V, true>(x, off, off + V, xv);
+        if constexpr (kResidual) load_pack_once<T, V, true>(z, off, off + V, zv);
     };
     auto finish = [&](const T (&xv)[V], const T (&zv)[V], int off, bool active) {
         unsigned b = 0;
@@ -744,7 +795,7 @@ __device__ __forceinline__ void forward_walk(int last, Where where, const T* __r
                 b |= (p > 0.0f ? 1u : 0u) << e;
                 yv[e] = p > 0.0f ? bw::from_float<T>(p) : bw::from_float<T>(0.0f);
             }
-            bw::store_pack<T, V, true>(y, off, off + V, yv);
+            store_pack_once<T, V, true>(y, off, off + V, yv);
         }
         const unsigned word = bw::group_or<G>(b << ((lane * V) & 31));
         if (active && (lane & (G - 1)) == 0) words[off >> 5] = word;
@@ -866,8 +917,8 @@ __device__ __forceinline__ void backward_walk(int last, OffsetOf offset_of, cons
                                               T* __restrict__ dx, T* __restrict__ dz) {
     constexpr int V = bw::Pack16<T>::size;
     auto load = [&](int off, T (&gv)[V], T (&xv)[V], unsigned& bits) {
-        bw::load_pack<T, V, true>(dy, off, off + V, gv);
-        bw::load_pack<T, V, true>(x, off, off + V, xv);
+        load_pack_once<T, V, true>(dy, off, off + V, gv);
+        load_pack_once<T, V, true>(x, off, off + V, xv);
         bits = bw::read_bits<V>(mask, mask_bytes, off);
     };
     auto finish = [&](const T (&gv)[V], const T (&xv)[V], unsigned bits, int off) {
@@ -880,8 +931,8 @@ __device__ __forceinline__ void backward_walk(int last, OffsetOf offset_of, cons
             dxv[e] = bw::from_float<T>(q.k * fmaf(-(bw::to_float(xv[e]) - q.m), q.kx, g - q.mg));
             dzv[e] = kept ? gv[e] : bw::from_float<T>(0.0f);
         }
-        bw::store_pack<T, V, true>(dx, off, off + V, dxv);
-        if constexpr (kResidual) bw::store_pack<T, V, true>(dz, off, off + V, dzv);
+        store_pack_once<T, V, true>(dx, off, off + V, dxv);
+        if constexpr (kResidual) store_pack_once<T, V, true>(dz, off, off + V, dzv);
     };
     int k = last;
     for (; k >= 1; k -= 2) {
