@@ -516,10 +516,11 @@ __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const floa
 // its NHWC float16 coefficients alone take 32 registers, and 64 spills on sm_80).
 // ---------------------------------------------------------------------------------------------
 
-// The elementwise passes walk the tensor from its end down: the reduction before them (statistics
-// or gradient sums) swept it from the start up, all blocks together, so what it read last is still
-// in L2 when the pass starts, and up to an L2's worth of the second read of x (and dy, the mask)
-// comes from there instead of DRAM. -DBW_BNR_APPLY_IN_ORDER builds the start-up walk, for A/B runs.
+// The elementwise passes of large tensors (from_end, the host decides) walk from the end down: the
+// reduction before them (statistics or gradient sums) swept the tensor from the start up, all blocks
+// together, so what it read last is still in L2 when the pass starts, and part of the second read of
+// x (and dy) comes from there instead of DRAM. -DBW_BNR_APPLY_IN_ORDER builds the start-up walk
+// only, for A/B runs.
 #ifdef BW_BNR_APPLY_IN_ORDER
 constexpr bool kApplyFromEnd = false;
 #else
@@ -527,7 +528,9 @@ constexpr bool kApplyFromEnd = true;
 #endif
 
 // Item `step` of a grid-stride walk over `count` items, in the order above.
-__device__ __forceinline__ int walk_item(int step, int count) { return kApplyFromEnd ? count - 1 - step : step; }
+__device__ __forceinline__ int walk_item(int step, int count, int from_end) {
+    return kApplyFromEnd && from_end ? count - 1 - step : step;
+}
 
 // For that reuse to last, what the pass reads for the last time and what it writes is marked
 // evict-first (ld/st.global.cs): otherwise each line it reads or writes pushes out the oldest line
@@ -585,7 +588,7 @@ template <typename T, bool kNhwc, bool Vec, bool kResidual>
 __global__ void __launch_bounds__(kBlock, 4) bn_relu_apply(const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ mean,
                               const float* __restrict__ invstd, const float* __restrict__ gamma,
                               const float* __restrict__ beta, T* __restrict__ y, unsigned* __restrict__ words,
-                              int n, int C, int HW) {
+                              int n, int C, int HW, int from_end) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int G = 32 / V;
     constexpr int NC = (kNhwc && Vec) ? V : 1;  // channels held in registers
@@ -596,7 +599,7 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_apply(const T* __restrict__
     FwdCoef coef[NC];
     int cached = -1;
     for (int step = warp; step < chunks; step += warps) {
-        const int first = walk_item(step, chunks) * (32 * V) + lane * V;
+        const int first = walk_item(step, chunks, from_end) * (32 * V) + lane * V;
         const bool full = first + V <= n;
         T xv[V], zv[V];
         load_pack_once<T, V, Vec>(x, first, n, xv);
@@ -668,14 +671,15 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
                                        const T* __restrict__ x, const float* __restrict__ mean,
                                        const float* __restrict__ invstd, const float* __restrict__ gamma,
                                        const float* __restrict__ dgamma, const float* __restrict__ dbeta,
-                                       T* __restrict__ dx, T* __restrict__ dz, int n, int C, int HW, float inv_m) {
+                                       T* __restrict__ dx, T* __restrict__ dz, int n, int C, int HW, float inv_m,
+                                       int from_end) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int NC = (kNhwc && Vec) ? V : 1;
     BwdCoef coef[NC];
     int cached = -1;
     const int packs = (n + V - 1) / V;
     for (int step = blockIdx.x * blockDim.x + threadIdx.x; step < packs; step += gridDim.x * blockDim.x) {
-        const int first = walk_item(step, packs) * V;
+        const int first = walk_item(step, packs, from_end) * V;
         const bool full = first + V <= n;
         T gv[V], xv[V];
         load_pack_once<T, V, Vec>(dy, first, n, gv);

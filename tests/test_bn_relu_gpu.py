@@ -176,6 +176,34 @@ def test_both_finalize_kernels_match_reference(shape, layout, direction, few_par
     assert ok, f"{case} few_partials={few_partials}: {message}"
 
 
+@pytest.mark.parametrize("from_end_min_bytes", [0, 2**62], ids=["from-end", "in-order"])
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shape", [(3, 70, 5, 7), (4, 64, 7, 7), (2, 40, 28, 28)], ids=lambda v: "x".join(map(str, v)))
+def test_both_walk_orders_of_the_separate_passes_match_reference(shape, layout, direction, variant,
+                                                                 from_end_min_bytes, monkeypatch):
+    """The three-kernel path's elementwise passes, walked from the end (forced for every size) and
+    from the start, pass the suite's check, the scalar tail included."""
+    from bwbench.cuda import bn_relu as launcher
+
+    monkeypatch.setattr(launcher, "FROM_END_MIN_BYTES", from_end_min_bytes)
+    assert launcher.walk_from_end(torch.empty(1, device="cuda")) == (from_end_min_bytes == 0)
+    case = _case(direction, variant, shape, layout, "float16")
+    inputs = _inputs(case, seed=sum(shape) + 7)
+    _poison(inputs["x"].numel() * 8)
+    residual = variant == "bn_add_relu"
+    if direction == "forward":
+        out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"],
+                                       z=inputs.get("z"), fused=False)
+    else:
+        out = launcher.bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"], inputs["invstd"],
+                                        inputs["gamma"], residual=residual, fused=False)
+    torch.cuda.synchronize()
+    ok, message = MOD.check(case, inputs, out)
+    assert ok, f"{case} from_end_min_bytes={from_end_min_bytes}: {message}"
+
+
 def test_one_launch_path_repeats_and_runs_on_two_streams():
     """The grid barrier resets itself: many launches in a row, and on a second stream (its own
     counters), keep giving the same statistics as the three-kernel path."""
