@@ -133,12 +133,22 @@ def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
     """Launch with one wave of grid-striding blocks, or (waves=None) a thread for every piece of
     work. On an H200 (2^28 halves, notes/bitmask.md) the ReLU forward ran at 98% of copy with a
     thread per chunk against 90% with one wave, and the aligned backward at 98% with a warp per mask
-    line against 94%. The dropout forward measured 1-4% slower that way on an H200 before its draws
-    got cheaper; on an H100 now a thread per chunk runs it at 90-95% of copy from 64 MB against
-    87-90% with one wave (and 89-92% with two or four), so it takes a thread per chunk too."""
+    line against 94%. The dropout forward: see DROPOUT_CHUNK_GRID_MIN_BYTES."""
     kernel = load(SOURCE).kernel(name)
     blocks = grid_size(kernel, BLOCK, max(1, -(-work_threads // BLOCK)), waves=waves)
     kernel(blocks, BLOCK, args)
+
+
+DROPOUT_CHUNK_GRID_MIN_BYTES = 64 << 20
+"""The dropout forward takes a thread per chunk for x of this size and more, one wave of
+grid-striding blocks below. On an H100 a thread per chunk ran it at 90-95% of copy from 2^26 halves
+against 87-90% with one wave (89-92% with two or four waves). Below, an interleaved A/B put one wave
+0.7-1.4 points ahead at 2^24 halves and the two within noise at 2^20-2^22. On an H200, before its
+draws got cheaper, one wave was 1-4% faster at 2^28."""
+
+
+def _dropout_waves(x: torch.Tensor) -> int | None:
+    return None if x.numel() * x.element_size() >= DROPOUT_CHUNK_GRID_MIN_BYTES else 1
 
 
 def _vec(dtype: torch.dtype) -> int:
@@ -249,7 +259,7 @@ def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tu
     words = _new_words(n, x.device)
     if n:
         name = f"dropout_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}, {_wide_counter(n)}>"
-        _launch(name, -(-n // _vec(x.dtype)), (x, y, words, *args, np.int64(n)), waves=None)
+        _launch(name, -(-n // _vec(x.dtype)), (x, y, words, *args, np.int64(n)), waves=_dropout_waves(x))
     return y, _bits_view(words, n)
 
 
@@ -262,7 +272,7 @@ def dropout_forward_bytes(x: torch.Tensor, p: float, seed: int, offset: int = 0)
     mask = torch.empty(n, dtype=torch.uint8, device=x.device)
     if n:
         name = f"dropout_forward_bytemask<{cpp_type(x.dtype)}, {_aligned(x, y, mask)}, {_wide_counter(n)}>"
-        _launch(name, -(-n // _vec(x.dtype)), (x, y, mask, *args, np.int64(n)), waves=None)
+        _launch(name, -(-n // _vec(x.dtype)), (x, y, mask, *args, np.int64(n)), waves=_dropout_waves(x))
     return y, mask.view(x.shape)
 
 
