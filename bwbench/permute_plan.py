@@ -386,7 +386,8 @@ def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], 
     where aligned ones would be narrower than 4 bytes), writes as wide as the rows and the
     destination allow, the large tile unless the problem is small. With `aligned_writes`, output
     rows (of stride `dst_row_stride`, default `rows`) that start off a WRITE_ALIGN boundary are
-    written in whole aligned pieces, with the widest packs. Large plain tiles move 16-byte packs where everything is aligned to them (WIDE_PACKS)."""
+    written in whole aligned pieces, with the widest packs. Large plain tiles move 16-byte packs
+    where both sides and both pointers allow them (WIDE_PACKS)."""
     vr, vw = tile_vec(itemsize, cols, src_address), tile_vec(itemsize, rows, dst_address)
     shifted = False
     wide = SHIFTED_VEC.get(itemsize)
@@ -405,10 +406,10 @@ def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], 
             return TileConfig(itemsize, WORD // itemsize, TILE_VECS[itemsize][0], side, shifted=True,
                               write_align=align)
     if not shifted and side == sides[0]:
-        wide = 16 // itemsize
-        if (itemsize in WIDE_PACKS and cols % wide == 0 and rows % wide == 0
+        pack16 = 16 // itemsize
+        if (itemsize in WIDE_PACKS and cols % pack16 == 0 and rows % pack16 == 0
                 and int(src_address) % 16 == 0 and int(dst_address) % 16 == 0):
-            return TileConfig(itemsize, wide, wide, side, 256)
+            return TileConfig(itemsize, pack16, pack16, side, 256)
     return TileConfig(itemsize, vr, vw, side, shifted=shifted)
 
 
