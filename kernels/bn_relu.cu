@@ -516,20 +516,12 @@ __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const floa
 // its NHWC float16 coefficients alone take 32 registers, and 64 spills on sm_80).
 // ---------------------------------------------------------------------------------------------
 
-// The elementwise passes of large tensors (from_end, the host decides) walk from the end down: the
-// reduction before them (statistics or gradient sums) swept the tensor from the start up, all blocks
-// together, so what it read last is still in L2 when the pass starts, and part of the second read of
-// x (and dy) comes from there instead of DRAM. -DBW_BNR_APPLY_IN_ORDER builds the start-up walk
-// only, for A/B runs.
-#ifdef BW_BNR_APPLY_IN_ORDER
-constexpr bool kApplyFromEnd = false;
-#else
-constexpr bool kApplyFromEnd = true;
-#endif
-
-// Item `step` of a grid-stride walk over `count` items, in the order above.
+// The elementwise passes of large tensors (from_end, the host decides: FROM_END_MIN_BYTES) walk from
+// the end down: the reduction before them (statistics or gradient sums) swept the tensor from the
+// start up, all blocks together, so what it read last is still in L2 when the pass starts, and part
+// of the second read of x (and dy) comes from there instead of DRAM.
 __device__ __forceinline__ int walk_item(int step, int count, int from_end) {
-    return kApplyFromEnd && from_end ? count - 1 - step : step;
+    return from_end ? count - 1 - step : step;
 }
 
 // For that reuse to last, what the pass reads for the last time and what it writes is marked
