@@ -176,6 +176,34 @@ __device__ __forceinline__ void load_floats(const T* __restrict__ p, int off, fl
     }
 }
 
+// The fused forward's x cache (bn_relu_fused_*): phase A keeps the first `cached` 16-byte packs of
+// each thread's walk in shared memory, slot k of thread t at cache[k * kBlock + t] (consecutive
+// threads, consecutive 16 bytes: no bank conflicts), and phase C takes them from there instead of
+// reading x again. Kernels without the cache pass cached = 0.
+using XCache = uint4;
+
+// load_floats with 16-byte packs, the raw pack also kept in cache slot `item` if item < cached.
+template <typename T, int V>
+__device__ __forceinline__ void load_floats_keep(const T* __restrict__ p, int off, float (&f)[V], XCache* cache,
+                                                 int item, int cached) {
+    static_assert(sizeof(T) * V == sizeof(XCache), "16-byte packs");
+    const XCache raw = *reinterpret_cast<const XCache*>(p + off);
+    if (item < cached) cache[item * kBlock + threadIdx.x] = raw;
+    const bw::Pack<T, V> pk = *reinterpret_cast<const bw::Pack<T, V>*>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = bw::to_float(pk.v[k]);
+}
+
+template <typename T, int V, bool Vec>
+__device__ __forceinline__ void load_floats_maybe_keep(const T* __restrict__ p, int off, float (&f)[V],
+                                                       XCache* cache, int item, int cached) {
+    if constexpr (Vec) {
+        load_floats_keep<T, V>(p, off, f, cache, item, cached);
+    } else {
+        load_floats<T, V, false>(p, off, f);
+    }
+}
+
 // One mask bit of element i (any i; the mask holds mask_bytes bytes).
 __device__ __forceinline__ unsigned mask_bit(const unsigned char* __restrict__ mask, int i) {
     return (static_cast<unsigned>(mask[i >> 3]) >> (i & 7)) & 1u;
@@ -202,7 +230,7 @@ __device__ __forceinline__ int nchw_offset(int j, int c, int C, int HW) {
 // gets the block's total). Shared by bn_stats_nchw and the fused forward.
 template <typename T, int V, bool Vec>
 __device__ __forceinline__ Stat nchw_block_stats(const T* __restrict__ x, int c, int s, int S, int C, int HW,
-                                                 int per_channel) {
+                                                 int per_channel, XCache* cache = nullptr, int cached = 0) {
     const float shift = bw::to_float(x[static_cast<i64>(c) * HW]);
     float s1 = 0.0f, s2 = 0.0f;
     auto add = [&](const float (&f)[V]) {
@@ -214,21 +242,21 @@ __device__ __forceinline__ Stat nchw_block_stats(const T* __restrict__ x, int c,
         }
     };
     const int step = S * kBlock * V;
-    int j = (s * kBlock + threadIdx.x) * V, count = 0;
-    for (; j + step < per_channel; j += 2 * step) {  // two loads in flight before either is used
+    int j = (s * kBlock + threadIdx.x) * V, item = 0;
+    for (; j + step < per_channel; j += 2 * step, item += 2) {  // two loads in flight before either is used
         float f0[V], f1[V];
-        load_floats<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0);
-        load_floats<T, V, Vec>(x, nchw_offset(j + step, c, C, HW), f1);
+        load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0, cache, item, cached);
+        load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j + step, c, C, HW), f1, cache, item + 1, cached);
         add(f0);
         add(f1);
-        count += 2 * V;
     }
     if (j < per_channel) {
         float f0[V];
-        load_floats<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0);
+        load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0, cache, item, cached);
         add(f0);
-        count += V;
+        ++item;
     }
+    const int count = item * V;
     return block_merge(from_sums(static_cast<float>(count), s1, s2), 1);
 }
 
@@ -259,7 +287,7 @@ __global__ void bn_stats_nchw(const T* __restrict__ x, float* __restrict__ ws, i
 // written to ws. Shared by bn_stats_nhwc and the fused forward.
 template <typename T, int V, bool Vec>
 __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float* __restrict__ ws, int rows, int C,
-                                                 int tx_threads) {
+                                                 int tx_threads, XCache* cache = nullptr, int cached = 0) {
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
     const int s = blockIdx.y, S = gridDim.y;
@@ -285,15 +313,15 @@ __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float*
         int r = s * ty_threads + ty;
         for (; r + step < rows; r += 2 * step) {  // two loads in flight before either is used
             float f0[V], f1[V];
-            load_floats<T, V, Vec>(x, r * C + c0, f0);
-            load_floats<T, V, Vec>(x, (r + step) * C + c0, f1);
+            load_floats_maybe_keep<T, V, Vec>(x, r * C + c0, f0, cache, count, cached);
+            load_floats_maybe_keep<T, V, Vec>(x, (r + step) * C + c0, f1, cache, count + 1, cached);
             add(f0);
             add(f1);
             count += 2;
         }
         if (r < rows) {
             float f0[V];
-            load_floats<T, V, Vec>(x, r * C + c0, f0);
+            load_floats_maybe_keep<T, V, Vec>(x, r * C + c0, f0, cache, count, cached);
             add(f0);
             ++count;
         }
@@ -770,13 +798,20 @@ __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
 template <typename T, bool kResidual, int NC, typename Where>
 __device__ __forceinline__ void forward_walk(int last, Where where, const T* __restrict__ x, const T* __restrict__ z,
                                              const FwdCoef (&coef)[NC], T* __restrict__ y,
-                                             unsigned* __restrict__ words) {
+                                             unsigned* __restrict__ words, const XCache* cache, int cached) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int G = 32 / V;
     const int lane = threadIdx.x & 31;
-    auto load = [&](int off, bool active, T (&xv)[V], T (&zv)[V]) {
+    auto load = [&](int k, int off, bool active, T (&xv)[V], T (&zv)[V]) {
         if (!active) return;
-        load_pack_once<T, V, true>(x, off, off + V, xv);
+        if (k < cached) {  // phase A kept it
+            const XCache raw = cache[k * kBlock + threadIdx.x];
+            const bw::Pack<T, V> pk = *reinterpret_cast<const bw::Pack<T, V>*>(&raw);
+#pragma unroll
+            for (int e = 0; e < V; ++e) xv[e] = pk.v[e];
+        } else {
+            load_pack_once<T, V, true>(x, off, off + V, xv);
+        }
         if constexpr (kResidual) load_pack_once<T, V, true>(z, off, off + V, zv);
     };
     auto finish = [&](const T (&xv)[V], const T (&zv)[V], int off, bool active) {
@@ -803,8 +838,8 @@ __device__ __forceinline__ void forward_walk(int last, Where where, const T* __r
         where(k, off0, on0);
         where(k - 1, off1, on1);
         T x0[V], z0[V], x1[V], z1[V];
-        load(off0, on0, x0, z0);
-        load(off1, on1, x1, z1);
+        load(k, off0, on0, x0, z0);
+        load(k - 1, off1, on1, x1, z1);
         finish(x0, z0, off0, on0);
         finish(x1, z1, off1, on1);
     }
@@ -813,7 +848,7 @@ __device__ __forceinline__ void forward_walk(int last, Where where, const T* __r
         bool on0;
         where(0, off0, on0);
         T x0[V], z0[V];
-        load(off0, on0, x0, z0);
+        load(0, off0, on0, x0, z0);
         finish(x0, z0, off0, on0);
     }
 }
@@ -823,12 +858,13 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
         const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
         const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
         T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int C, int HW,
-        int per_channel) {
+        int per_channel, int cached) {
     constexpr int V = bw::Pack16<T>::size;
+    extern __shared__ XCache bnr_x_cache[];  // cached * kBlock packs
     const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
     // Phase B's per-channel inputs, loaded now: after the barrier they would be a DRAM round trip
     const float shift = bw::to_float(x[static_cast<i64>(c) * HW]), g = gamma[c], bt = beta[c];
-    const Stat t = nchw_block_stats<T, V, true>(x, c, s, S, C, HW, per_channel);
+    const Stat t = nchw_block_stats<T, V, true>(x, c, s, S, C, HW, per_channel, bnr_x_cache, cached);
     if (threadIdx.x == 0) store_partial(ws, s, S, C, c, t);
     grid_sync(bar, static_cast<unsigned>(C * S));
 
@@ -855,21 +891,26 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
         active = j < per_channel;  // whole 32-element words: HW % 32 == 0
         off = nchw_offset(j, c, C, HW);
     };
-    forward_walk<T, kResidual, 1>((per_channel - 1 - warp_first) / step, where, x, z, coef, y, words);
+    forward_walk<T, kResidual, 1>((per_channel - 1 - warp_first) / step, where, x, z, coef, y, words, bnr_x_cache,
+                                  cached);
 }
 
 // 3 blocks an SM (85 registers): V channels' statistics and coefficients; at 4 (64 registers) the
 // residual float16 instance spills.
+#ifndef BW_BNR_FUSED_NHWC_BLOCKS
+#define BW_BNR_FUSED_NHWC_BLOCKS 3
+#endif
 template <typename T, bool kResidual>
-__global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
+__global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fused_nhwc(
         const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
         const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
         T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int rows, int C,
-        int tx_threads) {
+        int tx_threads, int cached) {
     constexpr int V = bw::Pack16<T>::size;
+    extern __shared__ XCache bnr_x_cache[];  // cached * kBlock packs
     const int S = gridDim.y;
     const unsigned blocks = gridDim.x * gridDim.y;
-    nhwc_block_stats<T, V, true>(x, ws, rows, C, tx_threads);
+    nhwc_block_stats<T, V, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached);
     grid_sync(bar, blocks);
 
     // Phase B: block b finalizes channels b, b + blocks, ... (a block-wide merge of S partials).
@@ -901,7 +942,8 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         active = in_channels && r < rows;
         off = r * C + c0;
     };
-    forward_walk<T, kResidual, V>((rows - 1 - warp_row) / row_step, where, x, z, coef, y, words);
+    forward_walk<T, kResidual, V>((rows - 1 - warp_row) / row_step, where, x, z, coef, y, words, bnr_x_cache,
+                                  cached);
 }
 
 // Phase C of the fused backward: dx = k * (g - mg - (x - m) * kx) [and dz = g] over packs k = last,

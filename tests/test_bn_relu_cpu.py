@@ -356,3 +356,34 @@ def test_finalize_takes_a_warp_per_channel_only_for_few_partials():
     assert finalize_grid(2048, 1) == (True, 2048 // (BLOCK // 32))
     assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // (BLOCK // 32) + 1)
     assert finalize_grid(256, 1056) == (False, 256)
+
+
+def test_one_launch_plan_counts_the_elements_its_cache_does_not_hold():
+    """A thread's k-th pack is element first + k * step of its channel (first < step), so the
+    packs in k < slots cover elements below slots * step: the rest is read again."""
+    plan = bn_relu.OneLaunchPlan(grid=(64, 8), tx=1, slots=13, step=8 * 256 * 8)
+    assert plan.step == bn_relu.walk_step("NCHW", 64, 8, (64, 8), 1)
+    assert plan.elements_read_again(32 * 112 * 112) == 32 * 112 * 112 - 13 * 16384  # 188416 of 401408
+    assert plan.elements_read_again(13 * 16384) == 0
+    assert bn_relu.OneLaunchPlan((64, 8), 1, 0, 16384).elements_read_again(1000) == 1000
+    # NHWC: a step is S * (threads across rows) rows
+    assert bn_relu.walk_step("NHWC", 64, 8, (1, 396), 8) == 396 * 32
+
+
+def test_optimized_forward_model_counts_x_as_the_launcher_reads_it(monkeypatch):
+    """On a GPU the optimized forward's bytes take x's reads from the launcher's plan (once plus
+    what its shared-memory cache does not hold); the backward and CPU-only machines keep x twice."""
+    suite = get_suite("bn_relu")
+    impl = suite.implementations["optimized"]
+    fwd = _case("forward", "bn_add_relu", (32, 64, 112, 112), "NCHW", "float16")
+    bwd = _case("backward", "bn_relu", (32, 64, 112, 112), "NCHW", "float16")
+    ns = 32 * 64 * 112 * 112 * 2
+    twice = suite.traffic_of(impl, fwd)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    asked = []
+    monkeypatch.setattr(bn_relu, "forward_x_read_bytes",
+                        lambda shape, dtype, layout, residual=False, device=None: asked.append((shape, layout, residual)) or ns + 1000)
+    once_and_a_bit = suite.traffic_of(impl, fwd)
+    assert asked == [((32, 64, 112, 112), "NCHW", True)]
+    assert once_and_a_bit.read == twice.read - ns + 1000 and once_and_a_bit.write == twice.write
+    assert suite.traffic_of(impl, bwd) == suite.compute_traffic(bwd)

@@ -316,3 +316,35 @@ def test_suite_passes_the_harness_check(tmp_path):
     assert ("optimized", "float16") in ok and ("optimized", "float32") in ok and ("torch", "float16") in ok
     skipped = {r.reason for r in records if r.status == "skipped" and r.impl == "cudnn"}
     print("cudnn skips:", skipped)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("layout,shape", [("NHWC", (16, 64, 64, 64)), ("NHWC", (4, 256, 36, 36)),
+                                          ("NCHW", (64, 64, 64, 64))], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_one_launch_forward_gives_the_same_bits_whatever_its_x_cache_holds(layout, shape, variant, dtype, monkeypatch):
+    """The one-launch forward with its x cache off, holding one or three packs of each thread's
+    walk (the rest read again from global memory), or all that fits: the same y, mask and
+    statistics bit for bit, and they pass the suite's check. The shapes give walks of 4-32 packs."""
+    from bwbench.cuda import bn_relu as launcher
+
+    case = _case("forward", variant, shape, layout, dtype)
+    inputs = _inputs(case, seed=sum(shape) + 3)
+    real_slots = launcher.cache_slots
+    outs = []
+    for cap in (0, 1, 3, None):
+        monkeypatch.setattr(launcher, "PLANS", {})
+        monkeypatch.setattr(launcher, "cache_slots",
+                            lambda kernel, device, wanted, cap=cap: real_slots(kernel, device, wanted if cap is None else min(wanted, cap)))
+        _poison(inputs["x"].numel() * 8)
+        outs.append(launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"],
+                                             inputs.get("z"), fused=True))
+        torch.cuda.synchronize()
+        (plan,) = launcher.PLANS.values()
+        if cap is None:
+            assert plan.slots >= 4, f"expected at least 4 cache slots at {shape}, got {plan.slots}"
+    ok, message = MOD.check(case, inputs, outs[-1])
+    assert ok, message
+    for cap, out in zip((1, 3, None), outs[1:]):
+        for got, want in zip(out, outs[0]):
+            assert torch.equal(got, want), f"{case}: cache of {cap} packs differs from no cache"

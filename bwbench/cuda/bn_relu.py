@@ -23,12 +23,20 @@ updates them). Everything launches on PyTorch's current stream.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from bwbench.cuda.bitmask import pack_bits, packed_bytes
-from bwbench.cuda.loader import KernelSource, cpp_type, device_index, load, max_active_blocks_per_sm
+from bwbench.cuda.loader import (
+    KernelSource,
+    cpp_type,
+    device_index,
+    load,
+    max_active_blocks_per_sm,
+    set_max_dynamic_shared_memory,
+)
 
 __all__ = [
     "LAYOUTS",
@@ -37,6 +45,7 @@ __all__ = [
     "bn_relu_backward",
     "bn_relu_forward",
     "forward_reference",
+    "forward_x_read_bytes",
     "fused_grid",
     "ONE_LAUNCH_BY_DEFAULT",
     "layout_of",
@@ -248,25 +257,126 @@ def _barrier(device: torch.device) -> torch.Tensor:
     return bar
 
 
-def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec: bool, fused: bool | None,
-                ws_arrays: int, leading: tuple, trailing: tuple = ()) -> bool:
-    """Run kernel `name` as the one-launch path if it applies and `fused` allows; False to fall back
-    to three kernels. Its arguments: leading, the workspace, the barrier, the walk's sizes, trailing."""
+def walk_step(layout: str, c: int, pack: int, grid: tuple[int, int], tx: int) -> int:
+    """Elements of a channel between one thread's consecutive packs in the one-launch walk: a
+    thread's k-th pack is element first + k * step of its channel, first < step."""
+    _, gy = grid
+    return gy * BLOCK * pack if layout == "NCHW" else gy * (BLOCK // tx)
+
+
+CACHE_SLOT_BYTES = BLOCK * 16
+"""Shared memory of one x-cache slot of a block: a 16-byte pack for each of its threads."""
+
+CACHE_X = True
+"""The one-launch forward keeps what shared memory holds of x between its phases (bnr::XCache):
+the first packs of each thread's walk, as many as fit without losing a block an SM; its second
+pass takes them from there instead of reading x again. False: no cache (for A/B runs)."""
+
+
+def cache_slots(kernel, device: int, wanted: int) -> int:
+    """Cache slots (at most `wanted`) a block of `kernel` can have without fewer blocks an SM
+    than it gets with no dynamic shared memory (the grid was sized for those)."""
+    if not CACHE_X or wanted <= 0:
+        return 0
+    resident = max_active_blocks_per_sm(kernel, BLOCK, 0, device)
+    limit = _smem_optin(device) - int(kernel.attributes(device).get("shared_size_bytes", 0))
+    set_max_dynamic_shared_memory(kernel, limit, device)
+    slots = min(wanted, limit // CACHE_SLOT_BYTES)
+    while slots > 0 and max_active_blocks_per_sm(kernel, BLOCK, slots * CACHE_SLOT_BYTES, device) < resident:
+        slots -= 1
+    return slots
+
+
+def _smem_optin(device: int) -> int:
+    """The most shared memory (static and dynamic) one block may have on `device`."""
+    limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
+    if not limit:
+        import cupy
+
+        limit = cupy.cuda.Device(device).attributes["MaxSharedMemoryPerBlockOptin"]
+    return int(limit)
+
+
+@dataclass(frozen=True)
+class OneLaunchPlan:
+    """A one-launch grid and, for the forward, its x cache."""
+
+    grid: tuple[int, int]
+    tx: int  # threads across channel packs (NHWC)
+    slots: int  # x-cache slots of each thread (forward; 0: none)
+    step: int  # walk_step
+
+    def elements_read_again(self, per_channel: int) -> int:
+        """Elements of each channel the second pass reads from global memory again (the packs of
+        a thread's walk past its cache slots)."""
+        return max(0, per_channel - self.slots * self.step)
+
+
+PLANS: dict[tuple, OneLaunchPlan | None] = {}
+
+
+def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: bool, fused: bool | None,
+                    cache_x: bool) -> OneLaunchPlan | None:
+    """The one-launch path's plan for `kernel` on `device`, or None where it does not apply or
+    `fused` (None: ONE_LAUNCH_BY_DEFAULT) does not take it; ValueError if fused=True and it does not apply."""
     if fused is False:
+        return None
+    n, c, h, w = shape
+    key = (kernel.name, device, layout, n, c, h * w, pack, vec, cache_x and CACHE_X)
+    if key not in PLANS:
+        grid = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device))
+        plan = None
+        if grid is not None:
+            (gx, gy), tx = grid
+            step = walk_step(layout, c, pack, (gx, gy), tx)
+            slots = cache_slots(kernel, device, -(-(n * h * w) // step)) if cache_x else 0
+            plan = OneLaunchPlan((gx, gy), tx, slots, step)
+        PLANS[key] = plan
+    plan = PLANS[key]
+    if plan is None and fused:
+        raise ValueError(f"the one-launch path does not apply to {layout} {tuple(shape)}")
+    return plan if fused or layout in ONE_LAUNCH_BY_DEFAULT else None
+
+
+def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec: bool, fused: bool | None,
+                ws_arrays: int, leading: tuple, trailing: tuple = (), cache_x: bool = False) -> bool:
+    """Run kernel `name` as the one-launch path if it applies and `fused` allows; False to fall back
+    to three kernels. Its arguments: leading, the workspace, the barrier, the walk's sizes, trailing,
+    and with cache_x the number of x-cache slots (its shared memory is that many slots)."""
+    kernel = module.kernel(name)
+    try:
+        plan = one_launch_plan(kernel, device_index(x), layout, x.shape, pack, vec, fused, cache_x)
+    except ValueError as e:
+        raise ValueError(f"{e} {x.dtype}") from None
+    if plan is None:
         return False
     n, c, h, w = x.shape
-    kernel = module.kernel(name)
-    plan = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device_index(x)))
-    if plan is None or not (fused or layout in ONE_LAUNCH_BY_DEFAULT):
-        if fused:
-            raise ValueError(f"the one-launch path does not apply to {layout} {tuple(x.shape)} {x.dtype}")
-        return False
-    (gx, gy), tx = plan
-    ws = torch.empty(ws_arrays * gy * c, dtype=torch.float32, device=x.device)
+    ws = torch.empty(ws_arrays * plan.grid[1] * c, dtype=torch.float32, device=x.device)
     sizes = (np.int32(c), np.int32(h * w), np.int32(n * h * w)) if layout == "NCHW" else \
-        (np.int32(n * h * w), np.int32(c), np.int32(tx))
-    kernel((gx, gy), BLOCK, (*leading, ws, _barrier(x.device), *sizes, *trailing), cooperative=True)
+        (np.int32(n * h * w), np.int32(c), np.int32(plan.tx))
+    if cache_x:
+        trailing = (*trailing, np.int32(plan.slots))
+    kernel(plan.grid, BLOCK, (*leading, ws, _barrier(x.device), *sizes, *trailing),
+           shared_mem=plan.slots * CACHE_SLOT_BYTES, cooperative=True)
     return True
+
+
+def forward_x_read_bytes(shape, dtype: torch.dtype, layout: str, residual: bool = False,
+                         device: int | torch.device | None = None) -> int:
+    """Bytes of x that bn_relu_forward (fused=None) reads from global memory for a 16-byte aligned x
+    of this shape on `device`: twice x's bytes on the three-kernel path; on the one-launch path,
+    once plus what its x cache could not hold (the second pass takes the rest from shared memory)."""
+    n, c, h, w = shape
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    once = n * c * h * w * itemsize
+    ctype = cpp_type(dtype)
+    pack = _TYPES[ctype]
+    vec = (h * w) % pack == 0 if layout == "NCHW" else c % pack == 0
+    kernel = load(SOURCE).kernel(f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {'true' if residual else 'false'}>")
+    plan = one_launch_plan(kernel, device_index(device), layout, shape, pack, vec, None, cache_x=True)
+    if plan is None:
+        return 2 * once
+    return once + plan.elements_read_again(n * h * w) * c * itemsize
 
 
 def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
@@ -342,7 +452,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     ctype, pack, vec = _plan(x, layout, z, y)
     b = lambda v: "true" if v else "false"  # noqa: E731
     if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
-                   vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words)):
+                   vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words), cache_x=True):
         return y, mask, mean, invstd
     ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
     warps, grid = finalize_grid(c, splits)
