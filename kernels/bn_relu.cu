@@ -91,27 +91,35 @@ __device__ __forceinline__ Stat block_merge(Stat s, int width) {
 // threads. Thread t < V * width gets channel k = t / width of lane t % width; the merge order is
 // block_merge's, so the results are the same bits. (Eight block_merges one after another took
 // about 2 us at the end of every NHWC statistics block on an H100.)
+// The merge goes through `sh`, 3 * V * (kBlock / 32) * width floats (merge_packs_floats).
 template <int V>
-__device__ __forceinline__ Stat block_merge_packs(Stat (&s)[V], int width) {
-    __shared__ float sh[3][V][kBlock / 32][32];
+__device__ __forceinline__ Stat block_merge_packs_in(Stat (&s)[V], int width, float* sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int W = kBlock / 32;
+    auto at = [&](int q, int k, int w, int l) -> float& { return sh[((q * V + k) * W + w) * width + l]; };
 #pragma unroll
     for (int k = 0; k < V; ++k) {
         s[k] = warp_merge_strided(s[k], width);
         if (lane < width) {
-            sh[0][k][warp][lane] = s[k].n;
-            sh[1][k][warp][lane] = s[k].mean;
-            sh[2][k][warp][lane] = s[k].m2;
+            at(0, k, warp, lane) = s[k].n;
+            at(1, k, warp, lane) = s[k].mean;
+            at(2, k, warp, lane) = s[k].m2;
         }
     }
     __syncthreads();
     Stat t = {0.0f, 0.0f, 0.0f};
     if (static_cast<int>(threadIdx.x) < V * width) {
         const int k = threadIdx.x / width, l = threadIdx.x % width;
-        for (int w = 0; w < kBlock / 32; ++w) t = chan_merge(t, Stat{sh[0][k][w][l], sh[1][k][w][l], sh[2][k][w][l]});
+        for (int w = 0; w < W; ++w) t = chan_merge(t, Stat{at(0, k, w, l), at(1, k, w, l), at(2, k, w, l)});
     }
     __syncthreads();
     return t;
+}
+
+template <int V>
+__device__ __forceinline__ Stat block_merge_packs(Stat (&s)[V], int width) {
+    __shared__ float sh[3 * V * (kBlock / 32) * 32];
+    return block_merge_packs_in<V>(s, width, sh);
 }
 
 // The channel whose block total thread t holds after block_merge_packs / block_sum_packs, in a
@@ -285,9 +293,10 @@ __global__ void bn_stats_nchw(const T* __restrict__ x, float* __restrict__ ws, i
 
 // Block (tile, s) of a (tiles, S) grid: the Welford states of its tile's channels over its rows,
 // written to ws. Shared by bn_stats_nhwc and the fused forward.
-template <typename T, int V, bool Vec>
+template <typename T, int V, bool Vec, bool kScratch = false>
 __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float* __restrict__ ws, int rows, int C,
-                                                 int tx_threads, XCache* cache = nullptr, int cached = 0) {
+                                                 int tx_threads, XCache* cache = nullptr, int cached = 0,
+                                                 float* scratch = nullptr) {
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
     const int s = blockIdx.y, S = gridDim.y;
@@ -329,7 +338,12 @@ __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float*
     Stat st[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) st[k] = from_sums(static_cast<float>(count), s1[k], s2[k]);
-    const Stat t = block_merge_packs<V>(st, tx_threads);
+    Stat t;
+    if constexpr (kScratch) {
+        t = block_merge_packs_in<V>(st, tx_threads, scratch);
+    } else {
+        t = block_merge_packs<V>(st, tx_threads);
+    }
     const int c = pack_channel<V>(tx_threads);
     if (static_cast<int>(threadIdx.x) < V * tx_threads && c < C) store_partial(ws, s, S, C, c, t);
 }
@@ -769,6 +783,25 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
 // a stream. Only valid when every block of the grid is resident (a cooperative launch).
 constexpr int kBarrierGap = 32;  // unsigned words: 128 bytes
 
+// -DBW_BNR_TRACE: each block of a fused kernel stamps %globaltimer at its phase boundaries into
+// bnr_trace[block][0..4] (start, phase A done, barrier 1 left, phase B done, end), for
+// timelines (scripts/bn_relu_trace.py). Off by default: no cost.
+#ifdef BW_BNR_TRACE
+extern "C" {
+__device__ unsigned long long bnr_trace[4096][5];  // C linkage: the module's get_global("bnr_trace") finds it
+}
+__device__ __forceinline__ void trace_stamp(int point) {
+    if (threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        const int b = blockIdx.y * gridDim.x + blockIdx.x;
+        if (b < 4096) bnr_trace[b][point] = t;
+    }
+}
+#else
+__device__ __forceinline__ void trace_stamp(int) {}
+#endif
+
 __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
     __threadfence();
     __syncthreads();
@@ -864,9 +897,12 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
     const int c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
     // Phase B's per-channel inputs, loaded now: after the barrier they would be a DRAM round trip
     const float shift = bw::to_float(x[static_cast<i64>(c) * HW]), g = gamma[c], bt = beta[c];
+    trace_stamp(0);
     const Stat t = nchw_block_stats<T, V, true>(x, c, s, S, C, HW, per_channel, bnr_x_cache, cached);
     if (threadIdx.x == 0) store_partial(ws, s, S, C, c, t);
+    trace_stamp(1);
     grid_sync(bar, static_cast<unsigned>(C * S));
+    trace_stamp(2);
 
     __shared__ FwdCoef shared_coef;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -882,17 +918,23 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
         }
     }
     __syncthreads();
+    trace_stamp(3);
     const FwdCoef coef[1] = {shared_coef};
     const int step = S * kBlock * V;
     const int warp_first = (s * kBlock + warp * 32) * V;
-    if (warp_first >= per_channel) return;  // warp-uniform
     auto where = [&](int k, int& off, bool& active) {
         const int j = warp_first + lane * V + k * step;
         active = j < per_channel;  // whole 32-element words: HW % 32 == 0
         off = nchw_offset(j, c, C, HW);
     };
-    forward_walk<T, kResidual, 1>((per_channel - 1 - warp_first) / step, where, x, z, coef, y, words, bnr_x_cache,
-                                  cached);
+    if (warp_first < per_channel) {  // warp-uniform
+        forward_walk<T, kResidual, 1>((per_channel - 1 - warp_first) / step, where, x, z, coef, y, words,
+                                      bnr_x_cache, cached);
+    }
+#ifdef BW_BNR_TRACE
+    __syncthreads();
+    trace_stamp(4);
+#endif
 }
 
 // 3 blocks an SM (85 registers): V channels' statistics and coefficients; at 4 (64 registers) the
@@ -907,11 +949,17 @@ __global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fuse
         T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int rows, int C,
         int tx_threads, int cached) {
     constexpr int V = bw::Pack16<T>::size;
-    extern __shared__ XCache bnr_x_cache[];  // cached * kBlock packs
+    // Dynamic shared memory: cached * kBlock packs of x, then a scratch area (fused_nhwc_scratch_bytes)
+    // for phase A's block merge and, later, phase C's coefficients.
+    extern __shared__ XCache bnr_x_cache[];
+    float* scratch = reinterpret_cast<float*>(bnr_x_cache + cached * kBlock);
     const int S = gridDim.y;
     const unsigned blocks = gridDim.x * gridDim.y;
-    nhwc_block_stats<T, V, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached);
+    trace_stamp(0);
+    nhwc_block_stats<T, V, true, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached, scratch);
+    trace_stamp(1);
     grid_sync(bar, blocks);
+    trace_stamp(2);
 
     // Phase B: block b finalizes channels b, b + blocks, ... (a block-wide merge of S partials).
     for (int c = blockIdx.y * gridDim.x + blockIdx.x; c < C; c += blocks) {
@@ -922,28 +970,43 @@ __global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fuse
         }
     }
     grid_sync(bar, blocks);
+    trace_stamp(3);
 
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
     const bool in_channels = c0 < C;  // whole groups of G lanes: C % 32 == 0
+    // The tile's coefficients, one channel a thread, through shared memory: mean and invstd come
+    // from L2 (other blocks wrote them), and every thread of the grid loading its V channels'
+    // itself queued V * 2 L2 requests a warp on the same few lines (H100, 32x64x112x112: phase C
+    // 33 -> 20 us).
+    FwdCoef* tile_coef = reinterpret_cast<FwdCoef*>(scratch);  // tx_threads * V <= kBlock channels
+    {
+        const int c = blockIdx.x * tx_threads * V + threadIdx.x;
+        if (static_cast<int>(threadIdx.x) < tx_threads * V && c < C) {
+            const float is = __ldcg(invstd + c);
+            tile_coef[threadIdx.x] = FwdCoef{__ldcg(mean + c), is * gamma[c], beta[c]};
+        }
+    }
+    __syncthreads();
     FwdCoef coef[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-        const int c = in_channels ? c0 + e : 0;
-        const float is = __ldcg(invstd + c);
-        coef[e] = FwdCoef{__ldcg(mean + c), is * gamma[c], beta[c]};
-    }
+    for (int e = 0; e < V; ++e) coef[e] = tile_coef[in_channels ? tx * V + e : 0];
     const int row_step = S * ty_threads;
     const int warp_row = blockIdx.y * ty_threads + (threadIdx.x & ~31) / tx_threads;  // the warp's first row
-    if (warp_row >= rows) return;  // warp-uniform
     const int first_row = blockIdx.y * ty_threads + ty;
     auto where = [&](int k, int& off, bool& active) {
         const int r = first_row + k * row_step;
         active = in_channels && r < rows;
         off = r * C + c0;
     };
-    forward_walk<T, kResidual, V>((rows - 1 - warp_row) / row_step, where, x, z, coef, y, words, bnr_x_cache,
-                                  cached);
+    if (warp_row < rows) {  // warp-uniform
+        forward_walk<T, kResidual, V>((rows - 1 - warp_row) / row_step, where, x, z, coef, y, words, bnr_x_cache,
+                                      cached);
+    }
+#ifdef BW_BNR_TRACE
+    __syncthreads();
+    trace_stamp(4);
+#endif
 }
 
 // Phase C of the fused backward: dx = k * (g - mg - (x - m) * kx) [and dz = g] over packs k = last,
@@ -1053,14 +1116,20 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
+    __shared__ BwdCoef tile_coef[kBlock];  // as in the fused forward: one channel a thread, then shared
+    {
+        const int c = blockIdx.x * tx_threads * V + threadIdx.x;
+        if (static_cast<int>(threadIdx.x) < tx_threads * V && c < C) {
+            const float is = invstd[c];
+            tile_coef[threadIdx.x] = BwdCoef{mean[c], gamma[c] * is, __ldcg(dbeta + c) * inv_m,
+                                             __ldcg(dgamma + c) * is * inv_m};
+        }
+    }
+    __syncthreads();
     if (c0 >= C) return;
     BwdCoef coef[V];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-        const int c = c0 + e;
-        const float is = invstd[c];
-        coef[e] = BwdCoef{mean[c], gamma[c] * is, __ldcg(dbeta + c) * inv_m, __ldcg(dgamma + c) * is * inv_m};
-    }
+    for (int e = 0; e < V; ++e) coef[e] = tile_coef[tx * V + e];
     const int row_step = S * ty_threads;
     const int first_row = blockIdx.y * ty_threads + ty;
     if (first_row >= rows) return;

@@ -1,5 +1,5 @@
 """Cold time of bn_relu's one-launch path against its three-kernel path, per case (a tuning aid
-for bwbench/cuda/bn_relu.py's ONE_LAUNCH_BY_DEFAULT; `bwbench run bn_relu` gives the figures to report).
+for bwbench/cuda/bn_relu.py's one_launch_by_default; `bwbench run bn_relu` gives the figures to report).
 
 Usage: python3 scripts/bn_relu_paths.py [--dtype float16] [--direction forward] [--shape 32x64x112x112 ...]
 Each case: the suite's inputs, each path checked by the suite's check, then timed cold (bwbench's

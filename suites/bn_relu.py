@@ -9,10 +9,11 @@ dgamma, dbeta). Batch statistics, biased variance, eps 1e-5; running statistics 
 
 Bytes per implementation (each declares its own; n elements of s bytes, C channels, m = n/8
 mask bytes, p = the per-channel float32 traffic: gamma, beta read; mean, invstd written):
-- optimized (two passes: statistics, then normalize; x read twice. For NCHW with H*W % 32 == 0 the
-  two passes are one cooperative launch whose second pass walks each block's data in reverse, so
-  part of the second read comes from L2: the model still counts it, as a copy of the same bytes
-  would move them; on an H100 the NCHW backward reaches 95-100% of copy that way):
+- optimized (two passes: statistics, then normalize; x read twice. For NCHW with H*W % 32 == 0, and
+  NHWC with C % 32 == 0 from 16 MiB, the two passes are one cooperative launch whose second pass
+  walks each block's data in reverse, so part of the second read comes from L2: the model still
+  counts it, as a copy of the same bytes would move them; on an H100 the NCHW backward reaches
+  95-100% of copy that way):
   forward  read 2ns [+ ns for z] + 8C, write ns + m + 8C;
   backward read 2 * (2ns + m) + 12C (dy, mask and x in both passes), write ns [+ ns dz] + 8C.
   Except where the forward is one launch: its first pass keeps as much of x in shared memory as
@@ -306,8 +307,9 @@ def check(case, inputs, outputs):
 
 @suite.impl("optimized", kind="cuda", traffic=optimized_traffic, description=(
     "statistics pass (shifted sums, Chan merges) then BN+ReLU writing a warp-OR bitmask, 16-byte accesses; "
-    "NCHW with H*W % 32 == 0: one cooperative launch (grid barrier, second pass in reverse; the forward "
-    "keeps part of x in shared memory between the passes); keeps a 1-bit mask (n/8 bytes) for the backward"))
+    "NCHW with H*W % 32 == 0 and NHWC with C % 32 == 0 from 16 MiB: one cooperative launch (grid barrier, "
+    "second pass in reverse; the forward keeps part of x in shared memory between the passes); keeps a "
+    "1-bit mask (n/8 bytes) for the backward"))
 def optimized(case):
     """Statistics (shifted sums, Chan merges) then normalize+ReLU with a 1-bit mask from warp OR;
     16-byte accesses. Keeps x and the n/8-byte mask for the backward."""

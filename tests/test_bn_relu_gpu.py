@@ -334,8 +334,10 @@ def test_one_launch_forward_gives_the_same_bits_whatever_its_x_cache_holds(layou
     outs = []
     for cap in (0, 1, 3, None):
         monkeypatch.setattr(launcher, "PLANS", {})
-        monkeypatch.setattr(launcher, "cache_slots",
-                            lambda kernel, device, wanted, cap=cap: real_slots(kernel, device, wanted if cap is None else min(wanted, cap)))
+        def capped(kernel, device, wanted, extra=0, cap=cap):
+            return real_slots(kernel, device, wanted if cap is None else min(wanted, cap), extra)
+
+        monkeypatch.setattr(launcher, "cache_slots", capped)
         _poison(inputs["x"].numel() * 8)
         outs.append(launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"],
                                              inputs.get("z"), fused=True))

@@ -14,8 +14,10 @@ bwbench.cuda.bitmask's packed-bit format (uint8, ceil(n/8) bytes, a view of whol
 Each call reads x (forward) and dy, the mask and x (backward) twice: a per-channel reduction, then
 an elementwise pass. Where the shape allows (16-byte packs, and NCHW planes or NHWC rows of whole
 32-element mask words: H*W % 32 == 0, or C % 32 == 0) and the grid fits on the GPU at once, that is
-one cooperative launch whose blocks wait for each other between the phases (see `fused_grid`);
-otherwise three kernels (reduction, per-channel finalize, elementwise pass). Statistics are
+one cooperative launch whose blocks wait for each other between the phases (see `fused_grid`; NHWC
+only from ONE_LAUNCH_NHWC_MIN_BYTES); otherwise three kernels (reduction, per-channel finalize,
+elementwise pass). The one-launch forward keeps what shared memory holds of x between its passes
+(CACHE_X), so its second pass reads only the rest from global memory (forward_x_read_bytes). Statistics are
 batch statistics, biased variance; running statistics are not updated (no implementation here
 updates them). Everything launches on PyTorch's current stream.
 """
@@ -47,7 +49,7 @@ __all__ = [
     "forward_reference",
     "forward_x_read_bytes",
     "fused_grid",
-    "ONE_LAUNCH_BY_DEFAULT",
+    "ONE_LAUNCH_NHWC_MIN_BYTES",
     "layout_of",
     "memory_order",
 ]
@@ -235,12 +237,18 @@ def fused_grid(layout: str, n: int, c: int, hw: int, pack: int, vec: bool, wave:
     return ((gx, gy), tx) if gx * gy <= wave else None
 
 
-ONE_LAUNCH_BY_DEFAULT = ("NCHW",)
-"""Layouts where `fused=None` takes the one-launch path. H100, float16, cold, (32, 64, 112, 112) and
-(32, 256, 56, 56), one launch against three kernels (scripts/bn_relu_paths.py): NCHW forward 59 vs
-66 us (bn_add_relu 73 vs 87), NCHW backward 86 vs 107 us (bn_add_relu 107-109 vs 122). NHWC: the
-forward is slower in one launch (86-96 vs 71-76 us), the backward even or 7% faster at these shapes
-but 30% slower at (32, 2048, 7, 7) in `bwbench run`, so NHWC keeps three kernels unless asked."""
+ONE_LAUNCH_NHWC_MIN_BYTES = 16 << 20
+"""`fused=None` takes the one-launch path wherever it applies for NCHW, and for NHWC from this size
+of x. H100, cold, one launch against three kernels (scripts/bn_relu_paths.py), float16 (32, 64, 112,
+112) and (32, 256, 56, 56): NCHW forward 48-50 vs 63 us (bn_add_relu 62-64 vs 80), NCHW backward
+84 vs 98 us; NHWC forward 52.5-58 vs 65-69 us (bn_add_relu 69-72 vs 82-86), NHWC backward 93-94 vs
+98-103 us (bn_add_relu 114 vs 123-127). At (32, 2048, 7, 7), 6.4 MB float16 and 12.8 MB float32,
+the NHWC one launch was 0-10% slower in both directions, so small NHWC tensors keep three kernels."""
+
+
+def one_launch_by_default(layout: str, x_bytes: int) -> bool:
+    return layout == "NCHW" or x_bytes >= ONE_LAUNCH_NHWC_MIN_BYTES
+
 
 _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
 BARRIER_WORDS = 33  # bnr::grid_sync: the arrival count at word 0, the generation at word 32
@@ -273,16 +281,24 @@ the first packs of each thread's walk, as many as fit without losing a block an 
 pass takes them from there instead of reading x again. False: no cache (for A/B runs)."""
 
 
-def cache_slots(kernel, device: int, wanted: int) -> int:
-    """Cache slots (at most `wanted`) a block of `kernel` can have without fewer blocks an SM
-    than it gets with no dynamic shared memory (the grid was sized for those)."""
+def fused_nhwc_scratch_bytes(pack: int, tx: int) -> int:
+    """Dynamic shared memory after the x cache of bnr::bn_relu_fused_nhwc: its block merge of
+    `pack` channels over 8 warps of `tx` lanes (3 floats each), reused for phase C's coefficients
+    (12 bytes for each of the tile's tx * pack channels, always less)."""
+    return 3 * pack * (BLOCK // 32) * tx * 4
+
+
+def cache_slots(kernel, device: int, wanted: int, extra: int = 0) -> int:
+    """Cache slots (at most `wanted`) a block of `kernel` can have, next to `extra` bytes of other
+    dynamic shared memory, without fewer blocks an SM than it gets with no dynamic shared memory
+    (the grid was sized for those: see _wave)."""
     if not CACHE_X or wanted <= 0:
         return 0
-    resident = max_active_blocks_per_sm(kernel, BLOCK, 0, device)
     limit = _smem_optin(device) - int(kernel.attributes(device).get("shared_size_bytes", 0))
     set_max_dynamic_shared_memory(kernel, limit, device)
-    slots = min(wanted, limit // CACHE_SLOT_BYTES)
-    while slots > 0 and max_active_blocks_per_sm(kernel, BLOCK, slots * CACHE_SLOT_BYTES, device) < resident:
+    resident = max_active_blocks_per_sm(kernel, BLOCK, 0, device)
+    slots = min(wanted, (limit - extra) // CACHE_SLOT_BYTES)
+    while slots > 0 and max_active_blocks_per_sm(kernel, BLOCK, slots * CACHE_SLOT_BYTES + extra, device) < resident:
         slots -= 1
     return slots
 
@@ -305,6 +321,11 @@ class OneLaunchPlan:
     tx: int  # threads across channel packs (NHWC)
     slots: int  # x-cache slots of each thread (forward; 0: none)
     step: int  # walk_step
+    scratch: int = 0  # dynamic shared memory after the cache (fused_nhwc_scratch_bytes)
+
+    @property
+    def shared_mem(self) -> int:
+        return self.slots * CACHE_SLOT_BYTES + self.scratch
 
     def elements_read_again(self, per_channel: int) -> int:
         """Elements of each channel the second pass reads from global memory again (the packs of
@@ -318,7 +339,7 @@ PLANS: dict[tuple, OneLaunchPlan | None] = {}
 def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: bool, fused: bool | None,
                     cache_x: bool) -> OneLaunchPlan | None:
     """The one-launch path's plan for `kernel` on `device`, or None where it does not apply or
-    `fused` (None: ONE_LAUNCH_BY_DEFAULT) does not take it; ValueError if fused=True and it does not apply."""
+    `fused` (None: one_launch_by_default) does not take it; ValueError if fused=True and it does not apply."""
     if fused is False:
         return None
     n, c, h, w = shape
@@ -329,13 +350,14 @@ def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: boo
         if grid is not None:
             (gx, gy), tx = grid
             step = walk_step(layout, c, pack, (gx, gy), tx)
-            slots = cache_slots(kernel, device, -(-(n * h * w) // step)) if cache_x else 0
-            plan = OneLaunchPlan((gx, gy), tx, slots, step)
+            scratch = fused_nhwc_scratch_bytes(pack, tx) if cache_x and layout == "NHWC" else 0
+            slots = cache_slots(kernel, device, -(-(n * h * w) // step), scratch) if cache_x else 0
+            plan = OneLaunchPlan((gx, gy), tx, slots, step, scratch)
         PLANS[key] = plan
     plan = PLANS[key]
     if plan is None and fused:
         raise ValueError(f"the one-launch path does not apply to {layout} {tuple(shape)}")
-    return plan if fused or layout in ONE_LAUNCH_BY_DEFAULT else None
+    return plan if fused or one_launch_by_default(layout, n * c * h * w * (16 // pack)) else None
 
 
 def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec: bool, fused: bool | None,
@@ -357,7 +379,7 @@ def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec:
     if cache_x:
         trailing = (*trailing, np.int32(plan.slots))
     kernel(plan.grid, BLOCK, (*leading, ws, _barrier(x.device), *sizes, *trailing),
-           shared_mem=plan.slots * CACHE_SLOT_BYTES, cooperative=True)
+           shared_mem=plan.shared_mem, cooperative=True)
     return True
 
 
@@ -429,7 +451,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
                     z: torch.Tensor | None = None, fused: bool | None = None):
     """(y, mask, mean, invstd): y = relu(BN(x) [+ z]) with batch statistics; mask bit = (pre-activation > 0).
 
-    fused: None takes the one-launch path where it applies and ONE_LAUNCH_BY_DEFAULT lists the layout;
+    fused: None takes the one-launch path where it applies and one_launch_by_default agrees;
     False forces the three kernels; True requires the one-launch path (ValueError where it does not
     apply)."""
     layout = _check_data(x, "x")
