@@ -228,6 +228,12 @@ __device__ __forceinline__ unsigned mask_bit(const unsigned char* __restrict__ m
 // sum g * (x - mean)), indexed [s * C + c].
 // ---------------------------------------------------------------------------------------------
 
+// Loads in flight per thread in the statistics walks (-DBW_BNR_STATS_LOADS=n for A/B runs).
+#ifndef BW_BNR_STATS_LOADS
+#define BW_BNR_STATS_LOADS 2
+#endif
+constexpr int kStatsLoads = BW_BNR_STATS_LOADS;
+
 // Memory offset of element j of channel c's N * HW elements (plane j / HW, offset j % HW).
 __device__ __forceinline__ int nchw_offset(int j, int c, int C, int HW) {
     const int plane = j / HW;
@@ -250,19 +256,20 @@ __device__ __forceinline__ Stat nchw_block_stats(const T* __restrict__ x, int c,
         }
     };
     const int step = S * kBlock * V;
+    constexpr int U = kStatsLoads;
     int j = (s * kBlock + threadIdx.x) * V, item = 0;
-    for (; j + step < per_channel; j += 2 * step, item += 2) {  // two loads in flight before either is used
-        float f0[V], f1[V];
-        load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0, cache, item, cached);
-        load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j + step, c, C, HW), f1, cache, item + 1, cached);
-        add(f0);
-        add(f1);
+    for (; j + (U - 1) * step < per_channel; j += U * step, item += U) {  // U loads in flight before any is used
+        float f[U][V];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j + u * step, c, C, HW), f[u], cache, item + u, cached);
+#pragma unroll
+        for (int u = 0; u < U; ++u) add(f[u]);
     }
-    if (j < per_channel) {
+    for (; j < per_channel; j += step, ++item) {
         float f0[V];
         load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0, cache, item, cached);
         add(f0);
-        ++item;
     }
     const int count = item * V;
     return block_merge(from_sums(static_cast<float>(count), s1, s2), 1);
@@ -318,21 +325,21 @@ __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float*
         }
     };
     if (active) {
+        constexpr int U = kStatsLoads;
         const int step = S * ty_threads;
         int r = s * ty_threads + ty;
-        for (; r + step < rows; r += 2 * step) {  // two loads in flight before either is used
-            float f0[V], f1[V];
-            load_floats_maybe_keep<T, V, Vec>(x, r * C + c0, f0, cache, count, cached);
-            load_floats_maybe_keep<T, V, Vec>(x, (r + step) * C + c0, f1, cache, count + 1, cached);
-            add(f0);
-            add(f1);
-            count += 2;
+        for (; r + (U - 1) * step < rows; r += U * step, count += U) {  // U loads in flight before any is used
+            float f[U][V];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                load_floats_maybe_keep<T, V, Vec>(x, (r + u * step) * C + c0, f[u], cache, count + u, cached);
+#pragma unroll
+            for (int u = 0; u < U; ++u) add(f[u]);
         }
-        if (r < rows) {
+        for (; r < rows; r += step, ++count) {
             float f0[V];
             load_floats_maybe_keep<T, V, Vec>(x, r * C + c0, f0, cache, count, cached);
             add(f0);
-            ++count;
         }
     }
     Stat st[V];
