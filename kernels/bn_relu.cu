@@ -483,22 +483,38 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 // instead. The fused NHWC kernels run the block merge in their phase B. blockDim.x is kBlock.
 // ---------------------------------------------------------------------------------------------
 
+// Both rounds of loads in flight before either is merged (S is up to 2 * kBlock in practice), the
+// merge order unchanged.
 __device__ __forceinline__ Stat merge_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
     Stat t = {0.0f, 0.0f, 0.0f};
-    for (int p = threadIdx.x; p < S; p += kBlock) t = chan_merge(t, load_partial(ws, p, S, C, c));
+    int p = threadIdx.x;
+    for (; p + kBlock < S; p += 2 * kBlock) {
+        const Stat u = load_partial(ws, p, S, C, c), v = load_partial(ws, p + kBlock, S, C, c);
+        t = chan_merge(t, u);
+        t = chan_merge(t, v);
+    }
+    if (p < S) t = chan_merge(t, load_partial(ws, p, S, C, c));
     return block_merge(t, 1);
 }
 
 __device__ __forceinline__ float2 sum_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
     float sg = 0.0f, sgx = 0.0f;
-    for (int p = threadIdx.x; p < S; p += kBlock) {
+    int p = threadIdx.x;
+    for (; p + kBlock < S; p += 2 * kBlock) {
+        const float g0 = __ldcg(ws + p * C + c), gx0 = __ldcg(ws + p * C + c + S * C);
+        const float g1 = __ldcg(ws + (p + kBlock) * C + c), gx1 = __ldcg(ws + (p + kBlock) * C + c + S * C);
+        sg += g0;
+        sgx += gx0;
+        sg += g1;
+        sgx += gx1;
+    }
+    if (p < S) {
         sg += __ldcg(ws + p * C + c);
         sgx += __ldcg(ws + p * C + c + S * C);
     }
     return make_float2(block_sum(sg, 1), block_sum(sgx, 1));
 }
 
-// The same merges by one warp (lane 0 gets the result), for few partials.
 __device__ __forceinline__ Stat warp_merge_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
     Stat t = {0.0f, 0.0f, 0.0f};
     for (int p = threadIdx.x & 31; p < S; p += 32) t = chan_merge(t, load_partial(ws, p, S, C, c));
@@ -783,11 +799,15 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
 // is whole words). Other shapes take the three-kernel path.
 // ---------------------------------------------------------------------------------------------
 
-// Grid-wide barrier: bar[0] counts arrivals, bar[kBarrierGap] is the generation; kept on separate
-// 128-byte lines so that blocks polling the generation do not queue behind the arrivals' atomics
-// at the same L2 slice (on the same line, an H100 released blocks of the NHWC grid up to 17 us
-// apart). Pollers back off up to ~0.5 us. Self-resetting: one zeroed buffer serves every launch on
-// a stream. Only valid when every block of the grid is resident (a cooperative launch).
+// Grid-wide barrier. bar[3 * kBarrierGap] is the generation, the number of barriers passed on this
+// buffer; barrier g counts its arrivals in bar[(g % 3) * kBarrierGap]. Each word has its own 128-byte
+// line, so that blocks polling the generation do not queue behind the arrivals' atomics at the same
+// L2 slice (on one line, an H100 released blocks of the NHWC grid up to 17 us apart). The last block
+// to arrive releases the others at once, then zeroes the counter of barrier g + 2 (last used by
+// barrier g - 1, whose arrivals are all in; no block can reach g + 2 before this block reaches g + 1),
+// so no reset sits between the last arrival and the release. Pollers back off up to 256 ns.
+// Self-resetting: one zeroed buffer serves every launch on a stream. Only valid when every block
+// of the grid is resident (a cooperative launch).
 constexpr int kBarrierGap = 32;  // unsigned words: 128 bytes
 
 // -DBW_BNR_TRACE: each block of a fused kernel stamps %globaltimer at its phase boundaries into
@@ -809,22 +829,24 @@ __device__ __forceinline__ void trace_stamp(int point) {
 __device__ __forceinline__ void trace_stamp(int) {}
 #endif
 
+constexpr unsigned kGenerations = 3u << 30;  // the generation wraps here, a multiple of 3
+
 __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
-    __threadfence();
+    volatile unsigned* generation = bar + 3 * kBarrierGap;
+    unsigned seen = 0;
+    if (threadIdx.x == 0) seen = *generation;  // this barrier's number: it cannot change before this block arrives
+    __threadfence();  // the block's writes, and that read, before its arrival
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned* generation = bar + kBarrierGap;
-        const unsigned seen = *generation;
-        __threadfence();
-        if (atomicAdd(bar, 1u) == blocks - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + kBarrierGap, 1u);
+        if (atomicAdd(bar + (seen % 3) * kBarrierGap, 1u) == blocks - 1) {
+            const unsigned next = seen + 1 == kGenerations ? 0u : seen + 1;
+            atomicExch(bar + 3 * kBarrierGap, next);  // release (the only writer of this generation)
+            atomicExch(bar + ((seen + 2) % 3) * kBarrierGap, 0u);
         } else {
             unsigned pause = 32;
             while (*generation == seen) {
                 __nanosleep(pause);
-                pause = pause < 512 ? 2 * pause : pause;
+                pause = pause < 256 ? 2 * pause : pause;
             }
         }
         __threadfence();
@@ -962,6 +984,8 @@ __global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fuse
     float* scratch = reinterpret_cast<float*>(bnr_x_cache + cached * kBlock);
     const int S = gridDim.y;
     const unsigned blocks = gridDim.x * gridDim.y;
+    const int b = blockIdx.y * gridDim.x + blockIdx.x;
+    const float first_x = b < C ? bw::to_float(x[b]) : 0.0f;  // phase B's shift, loaded now, not after the barrier
     trace_stamp(0);
     nhwc_block_stats<T, V, true, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached, scratch);
     trace_stamp(1);
@@ -969,10 +993,10 @@ __global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fuse
     trace_stamp(2);
 
     // Phase B: block b finalizes channels b, b + blocks, ... (a block-wide merge of S partials).
-    for (int c = blockIdx.y * gridDim.x + blockIdx.x; c < C; c += blocks) {
+    for (int c = b; c < C; c += blocks) {
         const Stat u = merge_channel_partials(ws, S, C, c);
         if (threadIdx.x == 0) {
-            mean[c] = bw::to_float(x[c]) + u.mean;
+            mean[c] = (c == b ? first_x : bw::to_float(x[c])) + u.mean;
             invstd[c] = invstd_of(u, eps);
         }
     }

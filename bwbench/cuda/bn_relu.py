@@ -251,7 +251,7 @@ def one_launch_by_default(layout: str, x_bytes: int) -> bool:
 
 
 _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
-BARRIER_WORDS = 33  # bnr::grid_sync: the arrival count at word 0, the generation at word 32
+BARRIER_WORDS = 97  # bnr::grid_sync: arrival counts at words 0, 32 and 64, the generation at word 96
 
 
 def _barrier(device: torch.device) -> torch.Tensor:
