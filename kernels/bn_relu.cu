@@ -811,11 +811,12 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
 constexpr int kBarrierGap = 32;  // unsigned words: 128 bytes
 
 // -DBW_BNR_TRACE: each block of a fused kernel stamps %globaltimer at its phase boundaries into
-// bnr_trace[block][0..4] (start, phase A done, barrier 1 left, phase B done, end), for
+// bnr_trace[block][0..5] (start, phase A done, barrier 1 left, phase B done, end; 5: NHWC forward
+// phase B's merge written, in the blocks that merge), for
 // timelines (scripts/bn_relu_trace.py). Off by default: no cost.
 #ifdef BW_BNR_TRACE
 extern "C" {
-__device__ unsigned long long bnr_trace[4096][5];  // C linkage: the module's get_global("bnr_trace") finds it
+__device__ unsigned long long bnr_trace[4096][6];  // C linkage: the module's get_global("bnr_trace") finds it
 }
 __device__ __forceinline__ void trace_stamp(int point) {
     if (threadIdx.x == 0) {
@@ -999,6 +1000,7 @@ __global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fuse
             mean[c] = (c == b ? first_x : bw::to_float(x[c])) + u.mean;
             invstd[c] = invstd_of(u, eps);
         }
+        trace_stamp(5);
     }
     grid_sync(bar, blocks);
     trace_stamp(3);

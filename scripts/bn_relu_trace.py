@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from bwbench.cuda import bn_relu  # noqa: E402
 from bwbench.cuda.loader import load  # noqa: E402
 
-POINTS = ("start", "A done", "barrier 1", "B done", "end")
+POINTS = ("start", "A done", "barrier 1", "B done", "end", "B merged")
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] if args.shape else \
         [(32, 64, 112, 112), (32, 256, 56, 56)]
     dtype = getattr(torch, args.dtype)
-    trace = cupy.ndarray((4096, 5), dtype=cupy.uint64, memptr=load(bn_relu.SOURCE).raw.get_global("bnr_trace"))
+    trace = cupy.ndarray((4096, 6), dtype=cupy.uint64, memptr=load(bn_relu.SOURCE).raw.get_global("bnr_trace"))
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in shapes:
@@ -53,8 +53,11 @@ def main() -> None:
                 t = cupy.asnumpy(trace)
                 t = t[t[:, 0] > 0].astype(np.int64)
                 rel = (t - t[:, 0].min()) / 1000.0
-                cells = [f"{p} {np.min(rel[:, i]):5.1f}/{np.median(rel[:, i]):5.1f}/{np.max(rel[:, i]):5.1f}"
-                         for i, p in enumerate(POINTS)]
+                cells = []
+                for i, p in enumerate(POINTS):
+                    col = rel[t[:, i] > 0, i]
+                    if len(col):
+                        cells.append(f"{p} {np.min(col):5.1f}/{np.median(col):5.1f}/{np.max(col):5.1f}")
                 print(f"{layout} {'x'.join(map(str, shape))} {args.dtype} cache={'on ' if cache else 'off'} "
                       f"blocks={len(t)}: " + " | ".join(cells), flush=True)
 
