@@ -27,8 +27,9 @@ mask bytes, p = the per-channel float32 traffic: gamma, beta read; mean, invstd 
   threshold_backward (read dy, y; write g: 3ns) + native_batch_norm_backward (read g, x for the
   sums, then g, x again and write dx: 5ns) = 8ns. It keeps y (ns bytes) for the backward.
 - cudnn (cudnnBatchNormalizationForwardTrainingEx, BN_ACTIVATION / BN_ADD_ACTIVATION, persistent,
-  NHWC): modelled like optimized (x read twice: a ResNet activation of 51 MB does not fit on chip),
-  the mask as n/8 bytes; its real reserve space size is cuDNN's (asked at build time, recorded in
+  NHWC): modelled as the two-pass forward, x read twice (what it keeps on chip is not known), the
+  mask as n/8 bytes; compare it with optimized by time, since optimized's model counts x once plus
+  what it reads again; its real reserve space size is cuDNN's (asked at build time, recorded in
   the check message). Backward: not benchmarked (see `cudnn`).
 These models are what each implementation should move; `bwbench profile` shows what it does move.
 
