@@ -812,18 +812,23 @@ constexpr int kBarrierGap = 32;  // unsigned words: 128 bytes
 
 // -DBW_BNR_TRACE: each block of a fused kernel stamps %globaltimer at its phase boundaries into
 // bnr_trace[block][0..5] (start, phase A done, barrier 1 left, phase B done, end; 5: NHWC forward
-// phase B's merge written, in the blocks that merge), for
+// phase B's merge written, in the blocks that merge; 6: the block's SM), for
 // timelines (scripts/bn_relu_trace.py). Off by default: no cost.
 #ifdef BW_BNR_TRACE
 extern "C" {
-__device__ unsigned long long bnr_trace[4096][6];  // C linkage: the module's get_global("bnr_trace") finds it
+__device__ unsigned long long bnr_trace[4096][7];  // C linkage: the module's get_global("bnr_trace") finds it
 }
 __device__ __forceinline__ void trace_stamp(int point) {
     if (threadIdx.x == 0) {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
         const int b = blockIdx.y * gridDim.x + blockIdx.x;
-        if (b < 4096) bnr_trace[b][point] = t;
+        if (b < 4096) {
+            bnr_trace[b][point] = t;
+            bnr_trace[b][6] = sm;
+        }
     }
 }
 #else

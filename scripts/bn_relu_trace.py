@@ -29,7 +29,7 @@ def main() -> None:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] if args.shape else \
         [(32, 64, 112, 112), (32, 256, 56, 56)]
     dtype = getattr(torch, args.dtype)
-    trace = cupy.ndarray((4096, 6), dtype=cupy.uint64, memptr=load(bn_relu.SOURCE).raw.get_global("bnr_trace"))
+    trace = cupy.ndarray((4096, 7), dtype=cupy.uint64, memptr=load(bn_relu.SOURCE).raw.get_global("bnr_trace"))
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in shapes:
@@ -52,6 +52,8 @@ def main() -> None:
                     break
                 t = cupy.asnumpy(trace)
                 t = t[t[:, 0] > 0].astype(np.int64)
+                sm = t[:, 6]
+                t = t[:, :6]
                 rel = (t - t[:, 0].min()) / 1000.0
                 cells = []
                 for i, p in enumerate(POINTS):
@@ -60,6 +62,11 @@ def main() -> None:
                         cells.append(f"{p} {np.min(col):5.1f}/{np.median(col):5.1f}/{np.max(col):5.1f}")
                 print(f"{layout} {'x'.join(map(str, shape))} {args.dtype} cache={'on ' if cache else 'off'} "
                       f"blocks={len(t)}: " + " | ".join(cells), flush=True)
+                per_sm = np.bincount(sm, minlength=int(sm.max()) + 1)[sm]  # blocks sharing each block's SM
+                for k in np.unique(per_sm):
+                    on = per_sm == k
+                    print(f"    blocks on SMs holding {k}: {on.sum():4d}, median A done {np.median(rel[on, 1]):5.1f}, "
+                          f"median end {np.median(rel[on, 4]):5.1f} us", flush=True)
 
 
 if __name__ == "__main__":
