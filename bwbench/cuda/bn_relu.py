@@ -33,11 +33,11 @@ import torch
 from bwbench.cuda.bitmask import pack_bits, packed_bytes
 from bwbench.cuda.loader import (
     KernelSource,
+    allow_all_dynamic_shared_memory,
     cpp_type,
     device_index,
     load,
     max_active_blocks_per_sm,
-    set_max_dynamic_shared_memory,
 )
 
 __all__ = [
@@ -294,23 +294,12 @@ def cache_slots(kernel, device: int, wanted: int, extra: int = 0) -> int:
     (the grid was sized for those: see _wave)."""
     if not CACHE_X or wanted <= 0:
         return 0
-    limit = _smem_optin(device) - int(kernel.attributes(device).get("shared_size_bytes", 0))
-    set_max_dynamic_shared_memory(kernel, limit, device)
+    limit = allow_all_dynamic_shared_memory(kernel, device)
     resident = max_active_blocks_per_sm(kernel, BLOCK, 0, device)
     slots = min(wanted, (limit - extra) // CACHE_SLOT_BYTES)
     while slots > 0 and max_active_blocks_per_sm(kernel, BLOCK, slots * CACHE_SLOT_BYTES + extra, device) < resident:
         slots -= 1
     return slots
-
-
-def _smem_optin(device: int) -> int:
-    """The most shared memory (static and dynamic) one block may have on `device`."""
-    limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
-    if not limit:
-        import cupy
-
-        limit = cupy.cuda.Device(device).attributes["MaxSharedMemoryPerBlockOptin"]
-    return int(limit)
 
 
 @dataclass(frozen=True)
@@ -364,7 +353,7 @@ def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec:
                 ws_arrays: int, leading: tuple, trailing: tuple = (), cache_x: bool = False) -> bool:
     """Run kernel `name` as the one-launch path if it applies and `fused` allows; False to fall back
     to three kernels. Its arguments: leading, the workspace, the barrier, the walk's sizes, trailing,
-    and with cache_x the number of x-cache slots (its shared memory is that many slots)."""
+    and with cache_x the number of x-cache slots (its dynamic shared memory: plan.shared_mem)."""
     kernel = module.kernel(name)
     try:
         plan = one_launch_plan(kernel, device_index(x), layout, x.shape, pack, vec, fused, cache_x)

@@ -51,6 +51,8 @@ __all__ = [
     "launch_grid_stride",
     "load",
     "max_active_blocks_per_sm",
+    "allow_all_dynamic_shared_memory",
+    "max_shared_memory_per_block",
     "set_max_dynamic_shared_memory",
     "source_files",
     "sources_sha256",
@@ -563,6 +565,26 @@ def launch_grid_stride(kernel: Kernel, block_threads: int, work_blocks: int, arg
                        device: int | torch.device | None = None) -> None:
     """Launch a grid-stride kernel (no dynamic shared memory) with `grid_size`'s grid."""
     launch(kernel, grid_size(kernel, block_threads, work_blocks, device=device), block_threads, args)
+
+
+def max_shared_memory_per_block(device: int | torch.device | None = None) -> int:
+    """The most shared memory (static and dynamic) one block may opt in to on `device`, in bytes."""
+    device = device_index(device)
+    limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", None)
+    if not limit:
+        cupy = _import_cupy()
+        limit = cupy.cuda.Device(device).attributes["MaxSharedMemoryPerBlockOptin"]
+    return int(limit)
+
+
+def allow_all_dynamic_shared_memory(kernel: Kernel, device: int | torch.device | None = None) -> int:
+    """Let `kernel` have all the shared memory a block may opt in to on `device`, beside its static
+    shared memory; returns the dynamic bytes it may now ask for."""
+    device = device_index(device)
+    limit = max_shared_memory_per_block(device) - int(kernel.attributes(device).get("shared_size_bytes", 0))
+    if kernel._max_dynamic_smem != limit:
+        set_max_dynamic_shared_memory(kernel, limit, device)
+    return limit
 
 
 def set_max_dynamic_shared_memory(kernel: Kernel, nbytes: int, device: int | torch.device | None = None) -> None:

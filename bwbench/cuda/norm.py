@@ -56,6 +56,7 @@ from bwbench.cuda.loader import (
     launch_grid_stride,
     load,
     max_active_blocks_per_sm,
+    max_shared_memory_per_block,
     set_max_dynamic_shared_memory,
 )
 from bwbench.suite import Skip
@@ -481,13 +482,7 @@ def _aligned(tensors, nbytes: int) -> bool:
 
 
 def _smem_limit(device: int) -> int:
-    props = torch.cuda.get_device_properties(device)
-    limit = getattr(props, "shared_memory_per_block_optin", None)
-    if not limit:
-        import cupy
-
-        limit = cupy.cuda.Device(device).attributes["MaxSharedMemoryPerBlockOptin"]
-    return int(limit) - STATIC_SMEM_MARGIN
+    return max_shared_memory_per_block(device) - STATIC_SMEM_MARGIN
 
 
 @dataclass(frozen=True)

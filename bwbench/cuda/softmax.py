@@ -29,7 +29,7 @@ from bwbench.cuda.loader import (
     launch_grid_stride,
     load,
     max_active_blocks_per_sm,
-    set_max_dynamic_shared_memory,
+    allow_all_dynamic_shared_memory,
 )
 
 _STORAGE_TYPES = ("half_t", "bf16_t", "float")
@@ -282,31 +282,9 @@ class SoftmaxLaunch:
 
 
 _PLANS: dict[tuple, SoftmaxLaunch] = {}
-_SMEM_READY: set[tuple[int, int]] = set()  # (id(kernel), device) with the opt-in limit applied
-
-
-def _optin_smem(device: int) -> int:
-    """Largest dynamic shared memory a block may opt in to on `device` (bytes)."""
-    props = torch.cuda.get_device_properties(device)
-    value = getattr(props, "shared_memory_per_block_optin", None)
-    if not value:
-        try:
-            import cupy
-
-            value = cupy.cuda.runtime.deviceGetAttribute(97, device)  # cudaDevAttrMaxSharedMemoryPerBlockOptin
-        except Exception:  # noqa: BLE001 - the portable default
-            value = 48 * 1024
-    return int(value)
-
-
 def _prepare_smem(kernel: Kernel, device: int) -> int:
     """Let `kernel` use all opt-in shared memory; returns the dynamic bytes it may have."""
-    limit = _optin_smem(device) - int(kernel.attributes(device).get("shared_size_bytes", 0))
-    key = (id(kernel), device)
-    if key not in _SMEM_READY:
-        set_max_dynamic_shared_memory(kernel, limit, device)
-        _SMEM_READY.add(key)
-    return limit
+    return allow_all_dynamic_shared_memory(kernel, device)
 
 
 def _smem_occupancy(kernel: Kernel, smem: int, device: int) -> dict[int, int]:
