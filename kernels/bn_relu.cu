@@ -91,7 +91,7 @@ __device__ __forceinline__ Stat block_merge(Stat s, int width) {
 // threads. Thread t < V * width gets channel k = t / width of lane t % width; the merge order is
 // block_merge's, so the results are the same bits. (Eight block_merges one after another took
 // about 2 us at the end of every NHWC statistics block on an H100.)
-// The merge goes through `sh`, 3 * V * (kBlock / 32) * width floats (merge_packs_floats).
+// The merge goes through `sh`, 3 * V * (kBlock / 32) * width floats (the host's fused_nhwc_scratch_bytes).
 template <int V>
 __device__ __forceinline__ Stat block_merge_packs_in(Stat (&s)[V], int width, float* sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -190,23 +190,17 @@ __device__ __forceinline__ void load_floats(const T* __restrict__ p, int off, fl
 // reading x again. Kernels without the cache pass cached = 0.
 using XCache = uint4;
 
-// load_floats with 16-byte packs, the raw pack also kept in cache slot `item` if item < cached.
-template <typename T, int V>
+// load_floats, with 16-byte packs (Vec) the raw pack also kept in cache slot `item` if item < cached.
+template <typename T, int V, bool Vec>
 __device__ __forceinline__ void load_floats_keep(const T* __restrict__ p, int off, float (&f)[V], XCache* cache,
                                                  int item, int cached) {
-    static_assert(sizeof(T) * V == sizeof(XCache), "16-byte packs");
-    const XCache raw = *reinterpret_cast<const XCache*>(p + off);
-    if (item < cached) cache[item * kBlock + threadIdx.x] = raw;
-    const bw::Pack<T, V> pk = *reinterpret_cast<const bw::Pack<T, V>*>(&raw);
-#pragma unroll
-    for (int k = 0; k < V; ++k) f[k] = bw::to_float(pk.v[k]);
-}
-
-template <typename T, int V, bool Vec>
-__device__ __forceinline__ void load_floats_maybe_keep(const T* __restrict__ p, int off, float (&f)[V],
-                                                       XCache* cache, int item, int cached) {
     if constexpr (Vec) {
-        load_floats_keep<T, V>(p, off, f, cache, item, cached);
+        static_assert(sizeof(T) * V == sizeof(XCache), "16-byte packs");
+        const XCache raw = *reinterpret_cast<const XCache*>(p + off);
+        if (item < cached) cache[item * kBlock + threadIdx.x] = raw;
+        const bw::Pack<T, V> pk = *reinterpret_cast<const bw::Pack<T, V>*>(&raw);
+#pragma unroll
+        for (int k = 0; k < V; ++k) f[k] = bw::to_float(pk.v[k]);
     } else {
         load_floats<T, V, false>(p, off, f);
     }
@@ -262,13 +256,13 @@ __device__ __forceinline__ Stat nchw_block_stats(const T* __restrict__ x, int c,
         float f[U][V];
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j + u * step, c, C, HW), f[u], cache, item + u, cached);
+            load_floats_keep<T, V, Vec>(x, nchw_offset(j + u * step, c, C, HW), f[u], cache, item + u, cached);
 #pragma unroll
         for (int u = 0; u < U; ++u) add(f[u]);
     }
     for (; j < per_channel; j += step, ++item) {
         float f0[V];
-        load_floats_maybe_keep<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0, cache, item, cached);
+        load_floats_keep<T, V, Vec>(x, nchw_offset(j, c, C, HW), f0, cache, item, cached);
         add(f0);
     }
     const int count = item * V;
@@ -332,13 +326,13 @@ __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float*
             float f[U][V];
 #pragma unroll
             for (int u = 0; u < U; ++u)
-                load_floats_maybe_keep<T, V, Vec>(x, (r + u * step) * C + c0, f[u], cache, count + u, cached);
+                load_floats_keep<T, V, Vec>(x, (r + u * step) * C + c0, f[u], cache, count + u, cached);
 #pragma unroll
             for (int u = 0; u < U; ++u) add(f[u]);
         }
         for (; r < rows; r += step, ++count) {
             float f0[V];
-            load_floats_maybe_keep<T, V, Vec>(x, r * C + c0, f0, cache, count, cached);
+            load_floats_keep<T, V, Vec>(x, r * C + c0, f0, cache, count, cached);
             add(f0);
         }
     }
@@ -515,6 +509,7 @@ __device__ __forceinline__ float2 sum_channel_partials(const float* __restrict__
     return make_float2(block_sum(sg, 1), block_sum(sgx, 1));
 }
 
+// The same merges by one warp (lane 0 gets the result), for few partials.
 __device__ __forceinline__ Stat warp_merge_channel_partials(const float* __restrict__ ws, int S, int C, int c) {
     Stat t = {0.0f, 0.0f, 0.0f};
     for (int p = threadIdx.x & 31; p < S; p += 32) t = chan_merge(t, load_partial(ws, p, S, C, c));
@@ -974,11 +969,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
 
 // 3 blocks an SM (85 registers): V channels' statistics and coefficients; at 4 (64 registers) the
 // residual float16 instance spills.
-#ifndef BW_BNR_FUSED_NHWC_BLOCKS
-#define BW_BNR_FUSED_NHWC_BLOCKS 3
-#endif
 template <typename T, bool kResidual>
-__global__ void __launch_bounds__(kBlock, BW_BNR_FUSED_NHWC_BLOCKS) bn_relu_fused_nhwc(
+__global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
         const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
         T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int rows, int C,

@@ -236,7 +236,7 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
     """plan_launch's choice is choose_tier's on this GPU's occupancy numbers, at the sweep's cols."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda import softmax_dispatch as d
-    from bwbench.cuda.loader import cpp_type, load
+    from bwbench.cuda.loader import allow_all_dynamic_shared_memory, cpp_type, load
 
     direction, algorithm, key = s.OPERATIONS[op]
     ctype = cpp_type(dtype)
@@ -253,7 +253,7 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
         one_pass = th.one_pass and direction == "forward"
         smem_kernel = module.kernel(d.kernel_name(ctype, algorithm, direction,
                                                   d.TierChoice("smem", block=128, one_pass=one_pass, pack=pack)))
-        smem = d.cache_bytes(direction, cols, itemsize, pack, s._prepare_smem(smem_kernel, device),
+        smem = d.cache_bytes(direction, cols, itemsize, pack, allow_all_dynamic_shared_memory(smem_kernel, device),
                              th.partial_cache_share)
         table = s._smem_occupancy(smem_kernel, smem, device)
         partial = smem < d.smem_bytes(direction, cols, itemsize)

@@ -21,6 +21,7 @@ from bwbench.cuda import softmax_dispatch as dispatch
 from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
+    allow_all_dynamic_shared_memory,
     check_matrix,
     cpp_type,
     device_index,
@@ -29,7 +30,6 @@ from bwbench.cuda.loader import (
     launch_grid_stride,
     load,
     max_active_blocks_per_sm,
-    allow_all_dynamic_shared_memory,
 )
 
 _STORAGE_TYPES = ("half_t", "bf16_t", "float")
@@ -282,14 +282,11 @@ class SoftmaxLaunch:
 
 
 _PLANS: dict[tuple, SoftmaxLaunch] = {}
-def _prepare_smem(kernel: Kernel, device: int) -> int:
-    """Let `kernel` use all opt-in shared memory; returns the dynamic bytes it may have."""
-    return allow_all_dynamic_shared_memory(kernel, device)
 
 
 def _smem_occupancy(kernel: Kernel, smem: int, device: int) -> dict[int, int]:
     """Resident blocks per SM of the cached block kernel at each block size with `smem` bytes."""
-    limit = _prepare_smem(kernel, device)
+    limit = allow_all_dynamic_shared_memory(kernel, device)
     if smem > limit:
         return {size: 0 for size in dispatch.BLOCK_SIZES}
     return {size: max_active_blocks_per_sm(kernel, size, smem, device) for size in dispatch.BLOCK_SIZES}
@@ -330,8 +327,8 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
 
     partial = False
     if th.partial_cache_share > 0 and direction == "backward":
-        cached = dispatch.cache_bytes(direction, cols, itemsize, pack, _prepare_smem(smem_kernel(), dev),
-                                      th.partial_cache_share)
+        limit = allow_all_dynamic_shared_memory(smem_kernel(), dev)
+        cached = dispatch.cache_bytes(direction, cols, itemsize, pack, limit, th.partial_cache_share)
         partial = cached < smem_needed
         smem_needed = cached
 
@@ -395,7 +392,7 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
         work = rows
         smem = smem_needed if choice.tier == "smem" else 0
         if smem:
-            _prepare_smem(kernel, dev)
+            allow_all_dynamic_shared_memory(kernel, dev)
     if max_active_blocks_per_sm(kernel, threads, smem, dev) < 1:
         raise ValueError(f"{name} cannot launch {threads} threads with {smem} bytes of shared memory here")
     grid = grid_size(kernel, threads, work, smem, dev, waves=GRID_WAVES)
