@@ -474,7 +474,8 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 // tree), so the loads of a thousand partials are in flight together. (A warp per channel walked
 // 33 partials a lane one after another: 12 us for the NHWC grid's S = 1056 on an H100.) Where S is
 // small (NCHW with C near a wave of blocks: S = 1 at 2048 channels) a warp per channel is used
-// instead. The fused NHWC kernels run the block merge in their phase B. blockDim.x is kBlock.
+// instead. The fused NHWC kernels merge groups of channels in their phase B (merge_group_partials).
+// blockDim.x is kBlock.
 // ---------------------------------------------------------------------------------------------
 
 // Both rounds of loads in flight before either is merged (S is up to 2 * kBlock in practice), the
@@ -507,6 +508,58 @@ __device__ __forceinline__ float2 sum_channel_partials(const float* __restrict__
         sgx += __ldcg(ws + p * C + c + S * C);
     }
     return make_float2(block_sum(sg, 1), block_sum(sgx, 1));
+}
+
+// The fused NHWC forward's phase B: the block merges the S partials of kMergeGroup consecutive
+// channels at once, thread t taking channel c = first + t % kMergeGroup (c < C or not: every thread
+// calls it) and partials t / kMergeGroup, + kBlock / kMergeGroup, ...; thread t < kMergeGroup gets
+// channel c's total. Each 32-byte sector read then holds a partial of all 8 channels, where a
+// merge of one channel read a sector per partial (S ~ 400 partials of 64 channels: 3-5 us a merge
+// on an H100).
+constexpr int kMergeGroup = 8;
+__device__ __forceinline__ Stat merge_group_partials(const float* __restrict__ ws, int S, int C, int c) {
+    constexpr int kStep = kBlock / kMergeGroup, kLoads = 4;
+    Stat t = {0.0f, 0.0f, 0.0f};
+    if (c < C) {
+        int p = static_cast<int>(threadIdx.x) / kMergeGroup;
+        for (; p + (kLoads - 1) * kStep < S; p += kLoads * kStep) {
+            Stat u[kLoads];
+#pragma unroll
+            for (int k = 0; k < kLoads; ++k) u[k] = load_partial(ws, p + k * kStep, S, C, c);
+#pragma unroll
+            for (int k = 0; k < kLoads; ++k) t = chan_merge(t, u[k]);
+        }
+        for (; p < S; p += kStep) t = chan_merge(t, load_partial(ws, p, S, C, c));
+    }
+    return block_merge(t, kMergeGroup);
+}
+
+// merge_group_partials for the backward's two sums (the fused NHWC backward's phase B).
+__device__ __forceinline__ float2 sum_group_partials(const float* __restrict__ ws, int S, int C, int c) {
+    constexpr int kStep = kBlock / kMergeGroup, kLoads = 4;
+    float sg = 0.0f, sgx = 0.0f;
+    if (c < C) {
+        int p = static_cast<int>(threadIdx.x) / kMergeGroup;
+        for (; p + (kLoads - 1) * kStep < S; p += kLoads * kStep) {
+            float g[kLoads], gx[kLoads];
+#pragma unroll
+            for (int k = 0; k < kLoads; ++k) {
+                g[k] = __ldcg(ws + (p + k * kStep) * C + c);
+                gx[k] = __ldcg(ws + (p + k * kStep) * C + c + S * C);
+            }
+#pragma unroll
+            for (int k = 0; k < kLoads; ++k) {
+                sg += g[k];
+                sgx += gx[k];
+            }
+        }
+        for (; p < S; p += kStep) {
+            sg += __ldcg(ws + p * C + c);
+            sgx += __ldcg(ws + p * C + c + S * C);
+        }
+    }
+    const float a = block_sum(sg, kMergeGroup);
+    return make_float2(a, block_sum(sgx, kMergeGroup));
 }
 
 // The same merges by one warp (lane 0 gets the result), for few partials.
@@ -998,18 +1051,21 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
     const int S = gridDim.y;
     const unsigned blocks = gridDim.x * gridDim.y;
     const int b = blockIdx.y * gridDim.x + blockIdx.x;
-    const float first_x = b < C ? bw::to_float(x[b]) : 0.0f;  // phase B's shift, loaded now, not after the barrier
+    // Phase B's shift for this thread's channel of the block's first group, loaded now, not after the barrier
+    const int first_c = b * kMergeGroup + static_cast<int>(threadIdx.x) % kMergeGroup;
+    const float first_x = first_c < C ? bw::to_float(x[first_c]) : 0.0f;
     trace_stamp(0);
     nhwc_block_stats<T, V, true, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached, scratch);
     trace_stamp(1);
     grid_sync(bar, blocks);
     trace_stamp(2);
 
-    // Phase B: block b finalizes channels b, b + blocks, ... (a block-wide merge of S partials).
-    for (int c = b; c < C; c += blocks) {
-        const Stat u = merge_channel_partials(ws, S, C, c);
-        if (threadIdx.x == 0) {
-            mean[c] = (c == b ? first_x : bw::to_float(x[c])) + u.mean;
+    // Phase B: block b finalizes channel groups b, b + blocks, ... (kMergeGroup channels each).
+    for (int g = b; g * kMergeGroup < C; g += blocks) {
+        const int c = g * kMergeGroup + static_cast<int>(threadIdx.x) % kMergeGroup;
+        const Stat u = merge_group_partials(ws, S, C, c);
+        if (static_cast<int>(threadIdx.x) < kMergeGroup && c < C) {
+            mean[c] = (g == b ? first_x : bw::to_float(x[c])) + u.mean;
             invstd[c] = invstd_of(u, eps);
         }
         trace_stamp(5);
@@ -1150,9 +1206,10 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
     nhwc_block_grad<T, V, true>(dy, mask, mask_bytes, x, mean, ws, rows, C, tx_threads);
     grid_sync(bar, blocks);
 
-    for (int c = blockIdx.y * gridDim.x + blockIdx.x; c < C; c += blocks) {
-        const float2 t = sum_channel_partials(ws, S, C, c);
-        if (threadIdx.x == 0) {
+    for (int g = blockIdx.y * gridDim.x + blockIdx.x; g * kMergeGroup < C; g += blocks) {
+        const int c = g * kMergeGroup + static_cast<int>(threadIdx.x) % kMergeGroup;
+        const float2 t = sum_group_partials(ws, S, C, c);
+        if (static_cast<int>(threadIdx.x) < kMergeGroup && c < C) {
             dbeta[c] = t.x;
             dgamma[c] = t.y * invstd[c];
         }
