@@ -859,8 +859,9 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
 constexpr int kBarrierGap = 32;  // unsigned words: 128 bytes
 
 // -DBW_BNR_TRACE: each block of a fused kernel stamps %globaltimer at its phase boundaries into
-// bnr_trace[block][0..5] (start, phase A done, barrier 1 left, phase B done, end; 5: NHWC forward
-// phase B's merge written, in the blocks that merge; 6: the block's SM), for
+// bnr_trace[block][0..5] (start, phase A done, barrier 1 left, phase B done (NHWC forward: its
+// tile's channels ready), end; 5: NHWC forward phase B's merge written, in the blocks that merge;
+// 6: the block's SM), for
 // timelines (scripts/bn_relu_trace.py). Off by default: no cost.
 #ifdef BW_BNR_TRACE
 extern "C" {
@@ -898,7 +899,10 @@ constexpr int kWalkLoads = kResidual ? BW_BNR_WALK_LOADS_RESIDUAL : BW_BNR_WALK_
 
 constexpr unsigned kGenerations = 3u << 30;  // the generation wraps here, a multiple of 3
 
-__device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
+// Returns (to every thread) this barrier's number + 1, in [1, kGenerations]: never 0, and different
+// for each of the last kGenerations barriers on the buffer (a token for the ready flags below).
+__device__ __forceinline__ unsigned grid_sync(unsigned* bar, unsigned blocks) {
+    __shared__ unsigned token;
     volatile unsigned* generation = bar + 3 * kBarrierGap;
     unsigned seen = 0;
     if (threadIdx.x == 0) seen = *generation;  // this barrier's number: it cannot change before this block arrives
@@ -917,8 +921,31 @@ __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned blocks) {
             }
         }
         __threadfence();
+        token = seen + 1;
     }
     __syncthreads();
+    return token;
+}
+
+// Ready flags after the barrier's words (from word kReadyFlags): flag g = the token of the launch
+// whose phase B has written channel group g's statistics. A block waits only for its tile's groups,
+// and only for the blocks that merge them, where a second grid barrier waited for every block and
+// cost an atomic round trip more (H100, NHWC forward: about 2 us from the last merge to the release).
+constexpr int kReadyFlags = 4 * kBarrierGap;
+
+__device__ __forceinline__ void set_ready(unsigned* flag, unsigned token) {
+    __threadfence();  // the group's statistics (written by this block, ordered by a __syncthreads) first
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(token) : "memory");
+}
+
+__device__ __forceinline__ void wait_ready(const unsigned* flag, unsigned token) {
+    unsigned v, pause = 32;
+    while (true) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+        if (v == token) break;
+        __nanosleep(pause);
+        pause = pause < 256 ? 2 * pause : pause;
+    }
 }
 
 // Phase C of the fused forward: packs k = last, last - 1, ..., 0 of this thread's walk (where(k, off,
@@ -1057,7 +1084,7 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
     trace_stamp(0);
     nhwc_block_stats<T, V, true, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached, scratch);
     trace_stamp(1);
-    grid_sync(bar, blocks);
+    const unsigned token = grid_sync(bar, blocks);
     trace_stamp(2);
 
     // Phase B: block b finalizes channel groups b, b + blocks, ... (kMergeGroup channels each).
@@ -1068,9 +1095,15 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
             mean[c] = (g == b ? first_x : bw::to_float(x[c])) + u.mean;
             invstd[c] = invstd_of(u, eps);
         }
+        __syncthreads();
+        if (threadIdx.x == 0) set_ready(bar + kReadyFlags + g, token);
         trace_stamp(5);
     }
-    grid_sync(bar, blocks);
+    {  // this tile's groups merged (C % 32 == 0: whole groups)
+        const int first = blockIdx.x * tx_threads * V, groups = (min(C - first, tx_threads * V)) / kMergeGroup;
+        if (static_cast<int>(threadIdx.x) < groups) wait_ready(bar + kReadyFlags + first / kMergeGroup + threadIdx.x, token);
+        __syncthreads();
+    }
     trace_stamp(3);
 
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;

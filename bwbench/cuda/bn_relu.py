@@ -251,17 +251,26 @@ def one_launch_by_default(layout: str, x_bytes: int) -> bool:
 
 
 _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
+_RETIRED_BARRIERS: list[torch.Tensor] = []  # outgrown buffers, kept: a captured CUDA graph may still use one
 BARRIER_WORDS = 97  # bnr::grid_sync: arrival counts at words 0, 32 and 64, the generation at word 96
+READY_FLAGS_AT = 128  # bnr::kReadyFlags: the NHWC forward's ready flag of each group of MERGE_GROUP channels
+MERGE_GROUP = 8  # bnr::kMergeGroup
+READY_FLAGS = 1024  # flags a buffer holds at first (8192 channels)
 
 
-def _barrier(device: torch.device) -> torch.Tensor:
-    """The grid barrier's counters for the current stream: zeroed once, reset by the kernels
-    themselves, one pair per stream so that launches on different streams never share one."""
+def _barrier(device: torch.device, channels: int = 0) -> torch.Tensor:
+    """The grid barrier's words for the current stream, with a ready flag for each group of
+    MERGE_GROUP of `channels` channels: zeroed once, reset by the kernels themselves (a flag holds
+    the barrier token of the launch that set it, which no other recent launch's token equals), one
+    buffer per stream so that launches on different streams never share one."""
     index = device_index(device)
     key = (index, torch.cuda.current_stream(index).cuda_stream)
+    words = READY_FLAGS_AT + max(READY_FLAGS, -(-int(channels) // MERGE_GROUP))
     bar = _BARRIERS.get(key)
-    if bar is None:
-        bar = _BARRIERS[key] = torch.zeros(BARRIER_WORDS, dtype=torch.int32, device=device)
+    if bar is None or bar.numel() < words:
+        if bar is not None:
+            _RETIRED_BARRIERS.append(bar)
+        bar = _BARRIERS[key] = torch.zeros(words, dtype=torch.int32, device=device)
     return bar
 
 
@@ -367,7 +376,7 @@ def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec:
         (np.int32(n * h * w), np.int32(c), np.int32(plan.tx))
     if cache_x:
         trailing = (*trailing, np.int32(plan.slots))
-    kernel(plan.grid, BLOCK, (*leading, ws, _barrier(x.device), *sizes, *trailing),
+    kernel(plan.grid, BLOCK, (*leading, ws, _barrier(x.device, c), *sizes, *trailing),
            shared_mem=plan.shared_mem, cooperative=True)
     return True
 
