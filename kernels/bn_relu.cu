@@ -949,11 +949,13 @@ __device__ __forceinline__ void wait_ready(const unsigned* flag, unsigned token)
 }
 
 // Phase C of the fused forward: packs k = last, last - 1, ..., 0 of this thread's walk (where(k, off,
-// active) gives pack k's memory offset and whether it exists), kWalkLoads loads in flight per step. Every
-// lane of the warp runs the same k (group_or); inactive lanes contribute no bits and store nothing.
-template <typename T, bool kResidual, int NC, typename Where>
+// active) gives pack k's memory offset and whether it exists; last < 0: none), kWalkLoads loads in
+// flight per step. Every lane of the warp runs the same k (group_or); inactive lanes contribute no
+// bits and store nothing. ready() fills coef: every thread of the block calls it once, between the
+// first step's loads and their use, so those loads' latency overlaps phase B's last part.
+template <typename T, bool kResidual, int NC, typename Where, typename Ready>
 __device__ __forceinline__ void forward_walk(int last, Where where, const T* __restrict__ x, const T* __restrict__ z,
-                                             const FwdCoef (&coef)[NC], T* __restrict__ y,
+                                             const FwdCoef (&coef)[NC], Ready ready, T* __restrict__ y,
                                              unsigned* __restrict__ words, const XCache* cache, int cached) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int G = 32 / V;
@@ -989,6 +991,21 @@ __device__ __forceinline__ void forward_walk(int last, Where where, const T* __r
         if (active && (lane & (G - 1)) == 0) words[off >> 5] = word;
     };
     int k = last;
+    {  // the first step, packs last .. last - U + 1 where they exist, around ready()
+        int off[U];
+        bool on[U];
+        T xv[U][V], zv[U][V];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            where(k - u, off[u], on[u]);
+            on[u] = on[u] && k - u >= 0;
+            load(k - u, off[u], on[u], xv[u], zv[u]);
+        }
+        ready();
+#pragma unroll
+        for (int u = 0; u < U; ++u) finish(xv[u], zv[u], off[u], on[u]);
+        k -= U;
+    }
     for (; k >= U - 1; k -= U) {
         int off[U];
         bool on[U];
@@ -1031,20 +1048,23 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
 
     __shared__ FwdCoef shared_coef;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (warp == 0) {  // the channel's S partials (S is at most a few dozen here)
-        const Stat u = warp_merge_channel_partials(ws, S, C, c);
-        if (lane == 0) {
-            const float m = shift + u.mean, is = invstd_of(u, eps);
-            shared_coef = FwdCoef{m, is * g, bt};
-            if (s == 0) {
-                mean[c] = m;
-                invstd[c] = is;
+    FwdCoef coef[1];
+    auto ready = [&]() {
+        if (warp == 0) {  // the channel's S partials (S is at most a few dozen here)
+            const Stat u = warp_merge_channel_partials(ws, S, C, c);
+            if (lane == 0) {
+                const float m = shift + u.mean, is = invstd_of(u, eps);
+                shared_coef = FwdCoef{m, is * g, bt};
+                if (s == 0) {
+                    mean[c] = m;
+                    invstd[c] = is;
+                }
             }
         }
-    }
-    __syncthreads();
-    trace_stamp(3);
-    const FwdCoef coef[1] = {shared_coef};
+        __syncthreads();
+        trace_stamp(3);
+        coef[0] = shared_coef;
+    };
     const int step = S * kBlock * V;
     const int warp_first = (s * kBlock + warp * 32) * V;
     auto where = [&](int k, int& off, bool& active) {
@@ -1052,10 +1072,9 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
         active = j < per_channel;  // whole 32-element words: HW % 32 == 0
         off = nchw_offset(j, c, C, HW);
     };
-    if (warp_first < per_channel) {  // warp-uniform
-        forward_walk<T, kResidual, 1>((per_channel - 1 - warp_first) / step, where, x, z, coef, y, words,
-                                      bnr_x_cache, cached);
-    }
+    // every warp walks (and calls ready()); one past the channel's end has last < 0 or no active pack
+    forward_walk<T, kResidual, 1>(warp_first < per_channel ? (per_channel - 1 - warp_first) / step : -1, where, x,
+                                  z, coef, ready, y, words, bnr_x_cache, cached);
 #ifdef BW_BNR_TRACE
     __syncthreads();
     trace_stamp(4);
@@ -1099,32 +1118,32 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         if (threadIdx.x == 0) set_ready(bar + kReadyFlags + g, token);
         trace_stamp(5);
     }
-    {  // this tile's groups merged (C % 32 == 0: whole groups)
-        const int first = blockIdx.x * tx_threads * V, groups = (min(C - first, tx_threads * V)) / kMergeGroup;
-        if (static_cast<int>(threadIdx.x) < groups) wait_ready(bar + kReadyFlags + first / kMergeGroup + threadIdx.x, token);
-        __syncthreads();
-    }
-    trace_stamp(3);
-
     const int tx = threadIdx.x % tx_threads, ty = threadIdx.x / tx_threads, ty_threads = kBlock / tx_threads;
     const int c0 = (blockIdx.x * tx_threads + tx) * V;
     const bool in_channels = c0 < C;  // whole groups of G lanes: C % 32 == 0
-    // The tile's coefficients, one channel a thread, through shared memory: mean and invstd come
-    // from L2 (other blocks wrote them), and every thread of the grid loading its V channels'
-    // itself queued V * 2 L2 requests a warp on the same few lines (H100, 32x64x112x112: phase C
-    // 33 -> 20 us).
-    FwdCoef* tile_coef = reinterpret_cast<FwdCoef*>(scratch);  // tx_threads * V <= kBlock channels
-    {
+    FwdCoef coef[V];
+    auto ready = [&]() {
+        {  // this tile's groups merged (C % 32 == 0: whole groups)
+            const int first = blockIdx.x * tx_threads * V, groups = (min(C - first, tx_threads * V)) / kMergeGroup;
+            if (static_cast<int>(threadIdx.x) < groups)
+                wait_ready(bar + kReadyFlags + first / kMergeGroup + threadIdx.x, token);
+            __syncthreads();
+        }
+        trace_stamp(3);
+        // The tile's coefficients, one channel a thread, through shared memory: mean and invstd
+        // come from L2 (other blocks wrote them), and every thread of the grid loading its V
+        // channels' itself queued V * 2 L2 requests a warp on the same few lines (H100,
+        // 32x64x112x112: phase C 33 -> 20 us).
+        FwdCoef* tile_coef = reinterpret_cast<FwdCoef*>(scratch);  // tx_threads * V <= kBlock channels
         const int c = blockIdx.x * tx_threads * V + threadIdx.x;
         if (static_cast<int>(threadIdx.x) < tx_threads * V && c < C) {
             const float is = __ldcg(invstd + c);
             tile_coef[threadIdx.x] = FwdCoef{__ldcg(mean + c), is * gamma[c], beta[c]};
         }
-    }
-    __syncthreads();
-    FwdCoef coef[V];
+        __syncthreads();
 #pragma unroll
-    for (int e = 0; e < V; ++e) coef[e] = tile_coef[in_channels ? tx * V + e : 0];
+        for (int e = 0; e < V; ++e) coef[e] = tile_coef[in_channels ? tx * V + e : 0];
+    };
     const int row_step = S * ty_threads;
     const int warp_row = blockIdx.y * ty_threads + (threadIdx.x & ~31) / tx_threads;  // the warp's first row
     const int first_row = blockIdx.y * ty_threads + ty;
@@ -1133,10 +1152,9 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         active = in_channels && r < rows;
         off = r * C + c0;
     };
-    if (warp_row < rows) {  // warp-uniform
-        forward_walk<T, kResidual, V>((rows - 1 - warp_row) / row_step, where, x, z, coef, y, words, bnr_x_cache,
-                                      cached);
-    }
+    // every warp walks (and calls ready()); one past the last row has last < 0
+    forward_walk<T, kResidual, V>(warp_row < rows ? (rows - 1 - warp_row) / row_step : -1, where, x, z, coef, ready,
+                                  y, words, bnr_x_cache, cached);
 #ifdef BW_BNR_TRACE
     __syncthreads();
     trace_stamp(4);
