@@ -884,18 +884,23 @@ __device__ __forceinline__ void trace_stamp(int point) {
 __device__ __forceinline__ void trace_stamp(int) {}
 #endif
 
-// Loads in flight per step of the fused forward's phase C: 4 packs of x for bn_relu (H100, float16
-// 32x64x112x112: NHWC 52.9 -> 51.7 us, NCHW 47.5 -> 47.2 against 2; 8 was 3-9 us slower), 2 of x and
-// 2 of z for bn_add_relu (4 + 4 was 1-1.5 us slower on NHWC; 3 + 3 even).
-// -DBW_BNR_WALK_LOADS=n / -DBW_BNR_WALK_LOADS_RESIDUAL=n for A/B runs.
+// Loads in flight per step of the fused forward's phase C (H100, float16): bn_relu NHWC 4 packs of
+// x (32x64x112x112 52.9 -> 51.7 us against 2; 6: 0.5-0.8 us slower at C = 64, as much faster at
+// C = 256), bn_relu NCHW 6 (against 4: 46.9 -> 46.4 us, 32x256x56x56 48.7 -> 47.3; 4 against 2:
+// 47.5 -> 47.2; 8 was 9 us slower), bn_add_relu 2 of x and 2 of z (4 + 4 was 1-1.5 us slower on
+// NHWC; 3 + 3 even).
+// -DBW_BNR_WALK_LOADS=n (NHWC) / _NCHW / _RESIDUAL for A/B runs.
 #ifndef BW_BNR_WALK_LOADS
 #define BW_BNR_WALK_LOADS 4
+#endif
+#ifndef BW_BNR_WALK_LOADS_NCHW
+#define BW_BNR_WALK_LOADS_NCHW 6
 #endif
 #ifndef BW_BNR_WALK_LOADS_RESIDUAL
 #define BW_BNR_WALK_LOADS_RESIDUAL 2
 #endif
-template <bool kResidual>
-constexpr int kWalkLoads = kResidual ? BW_BNR_WALK_LOADS_RESIDUAL : BW_BNR_WALK_LOADS;
+template <bool kResidual, bool kNchw>
+constexpr int kWalkLoads = kResidual ? BW_BNR_WALK_LOADS_RESIDUAL : kNchw ? BW_BNR_WALK_LOADS_NCHW : BW_BNR_WALK_LOADS;
 
 constexpr unsigned kGenerations = 3u << 30;  // the generation wraps here, a multiple of 3
 
@@ -959,7 +964,7 @@ __device__ __forceinline__ void forward_walk(int last, Where where, const T* __r
                                              unsigned* __restrict__ words, const XCache* cache, int cached) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int G = 32 / V;
-    constexpr int U = kWalkLoads<kResidual>;
+    constexpr int U = kWalkLoads<kResidual, NC == 1>;  // NC == 1: the NCHW walk (one channel a block)
     const int lane = threadIdx.x & 31;
     auto load = [&](int k, int off, bool active, T (&xv)[V], T (&zv)[V]) {
         if (!active) return;
