@@ -158,6 +158,25 @@ def test_cudnn_skips_what_it_cannot_fuse():
 # ----------------------------------------------------------------------------------------------
 
 
+def test_barrier_buffer_layout_matches_the_kernels():
+    """The host sizes the grid barrier's buffer (counters, generation, the NHWC forward's ready
+    flags) from constants that bn_relu.cu defines on its side."""
+    import re
+
+    from bwbench.paths import kernels_dir
+
+    source = (kernels_dir() / "bn_relu.cu").read_text()
+
+    def constant(name: str) -> str:
+        return re.search(rf"constexpr int {name} = ([^;]+);", source).group(1)
+
+    gap = int(constant("kBarrierGap"))
+    assert bn_relu.BARRIER_WORDS == 3 * gap + 1  # three arrival counters, then the generation
+    assert constant("kReadyFlags") == "4 * kBarrierGap" and bn_relu.READY_FLAGS_AT == 4 * gap
+    assert bn_relu.READY_FLAGS_AT >= bn_relu.BARRIER_WORDS
+    assert int(constant("kMergeGroup")) == bn_relu.MERGE_GROUP
+
+
 def test_reduction_grid_never_spills_into_a_second_wave():
     wave = 132 * 8
     for c in (64, 256, 2048, 37):
