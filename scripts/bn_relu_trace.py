@@ -33,7 +33,6 @@ def main() -> None:
     # A read flush, as bwbench's Timer does: a written one would leave dirty lines whose write-back
     # lands inside the traced call and slows its first phase.
     flush = torch.ones(64 << 20, dtype=torch.float32, device="cuda")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in shapes:
         x0 = torch.randn(shape, generator=gen, device="cuda").to(dtype)
@@ -48,9 +47,7 @@ def main() -> None:
                         trace.fill(0)
                         flush.sum()
                         torch.cuda._sleep(50_000)  # the host's launch hidden behind GPU work
-                        start.record()
                         bn_relu.bn_relu_forward(x, gamma, beta, 1e-5, fused=True)
-                        end.record()
                         torch.cuda.synchronize()
                 except ValueError as e:
                     print(f"{layout} {shape}: {e}")
@@ -66,7 +63,7 @@ def main() -> None:
                     if len(col):
                         cells.append(f"{p} {np.min(col):5.1f}/{np.median(col):5.1f}/{np.max(col):5.1f}")
                 print(f"{layout} {'x'.join(map(str, shape))} {args.dtype} cache={'on ' if cache else 'off'} "
-                      f"blocks={len(t)} call {start.elapsed_time(end) * 1000:.1f} us: " + " | ".join(cells), flush=True)
+                      f"blocks={len(t)}: " + " | ".join(cells), flush=True)
                 per_sm = np.bincount(sm, minlength=int(sm.max()) + 1)[sm]  # blocks sharing each block's SM
                 for k in np.unique(per_sm):
                     on = per_sm == k
