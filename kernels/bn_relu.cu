@@ -939,7 +939,7 @@ __device__ __forceinline__ unsigned grid_sync(unsigned* bar, unsigned blocks) {
 constexpr int kReadyFlags = 4 * kBarrierGap;
 
 __device__ __forceinline__ void set_ready(unsigned* flag, unsigned token) {
-    __threadfence();  // the group's statistics (written by this block, ordered by a __syncthreads) first
+    // the group's statistics first (their writers fenced, then a __syncthreads)
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(token) : "memory");
 }
 
@@ -1121,6 +1121,7 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         if (static_cast<int>(threadIdx.x) < kMergeGroup && c < C) {
             mean[c] = (g == b ? first_x : bw::to_float(x[c])) + u.mean;
             invstd[c] = invstd_of(u, eps);
+            __threadfence();  // each writer's own, as grid_sync does, before the flag
         }
         __syncthreads();
         if (threadIdx.x == 0) set_ready(bar + kReadyFlags + g, token);
