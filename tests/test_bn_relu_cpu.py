@@ -381,12 +381,12 @@ def test_one_launch_plan_counts_the_elements_its_cache_does_not_hold():
     """A thread's k-th pack is element first + k * step of its channel (first < step), so the
     packs in k < slots cover elements below slots * step: the rest is read again."""
     plan = bn_relu.OneLaunchPlan(grid=(64, 8), tx=1, slots=13, step=8 * 256 * 8)
-    assert plan.step == bn_relu.walk_step("NCHW", 64, 8, (64, 8), 1)
+    assert plan.step == bn_relu.walk_step("NCHW", 8, (64, 8), 1)
     assert plan.elements_read_again(32 * 112 * 112) == 32 * 112 * 112 - 13 * 16384  # 188416 of 401408
     assert plan.elements_read_again(13 * 16384) == 0
     assert bn_relu.OneLaunchPlan((64, 8), 1, 0, 16384).elements_read_again(1000) == 1000
     # NHWC: a step is S * (threads across rows) rows
-    assert bn_relu.walk_step("NHWC", 64, 8, (1, 396), 8) == 396 * 32
+    assert bn_relu.walk_step("NHWC", 8, (1, 396), 8) == 396 * 32
 
 
 def test_optimized_forward_model_counts_x_as_the_launcher_reads_it(monkeypatch):

@@ -274,7 +274,7 @@ def _barrier(device: torch.device, channels: int = 0) -> torch.Tensor:
     return bar
 
 
-def walk_step(layout: str, c: int, pack: int, grid: tuple[int, int], tx: int) -> int:
+def walk_step(layout: str, pack: int, grid: tuple[int, int], tx: int) -> int:
     """Elements of a channel between one thread's consecutive packs in the one-launch walk: a
     thread's k-th pack is element first + k * step of its channel, first < step."""
     _, gy = grid
@@ -347,7 +347,7 @@ def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: boo
         plan = None
         if grid is not None:
             (gx, gy), tx = grid
-            step = walk_step(layout, c, pack, (gx, gy), tx)
+            step = walk_step(layout, pack, (gx, gy), tx)
             scratch = fused_nhwc_scratch_bytes(pack, tx) if cache_x and layout == "NHWC" else 0
             slots = cache_slots(kernel, device, -(-(n * h * w) // step), scratch) if cache_x else 0
             plan = OneLaunchPlan((gx, gy), tx, slots, step, scratch)
