@@ -86,33 +86,58 @@ __device__ __forceinline__ Stat block_merge(Stat s, int width) {
     return t;
 }
 
-// block_merge for V channels a thread at once (the V channels of a 16-byte pack): one barrier
-// for all V instead of two each, and the V merges over the warps run side by side on V * width
-// threads. Thread t < V * width gets channel k = t / width of lane t % width; the merge order is
-// block_merge's, so the results are the same bits. (Eight block_merges one after another took
-// about 2 us at the end of every NHWC statistics block on an H100.)
-// The merge goes through `sh`, 3 * V * (kBlock / 32) * width floats (the host's fused_nhwc_scratch_bytes).
-template <int V>
+// block_merge for V channels a thread at once (the V channels of a 16-byte pack): the V merges over
+// the warps run side by side on V * width threads, with far fewer barriers than V block_merges one
+// after another (those took about 2 us at the end of every NHWC statistics block on an H100).
+// Thread t < V * width gets channel k = t / width of lane t % width; the merge order is
+// block_merge's, so the results are the same bits. The merge goes through `sh`, R channels of the
+// pack a round (V / R rounds, two barriers each): 3 * R * (kBlock / 32) * width floats.
+template <int V, int R = V>
 __device__ __forceinline__ Stat block_merge_packs_in(Stat (&s)[V], int width, float* sh) {
+    static_assert(V % R == 0, "whole rounds");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     constexpr int W = kBlock / 32;
-    auto at = [&](int q, int k, int w, int l) -> float& { return sh[((q * V + k) * W + w) * width + l]; };
+    auto at = [&](int q, int k, int w, int l) -> float& { return sh[((q * R + k) * W + w) * width + l]; };
+    if constexpr (R == V) {  // one round: each channel's warp merge next to its stores
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-        s[k] = warp_merge_strided(s[k], width);
-        if (lane < width) {
-            at(0, k, warp, lane) = s[k].n;
-            at(1, k, warp, lane) = s[k].mean;
-            at(2, k, warp, lane) = s[k].m2;
+        for (int k = 0; k < V; ++k) {
+            s[k] = warp_merge_strided(s[k], width);
+            if (lane < width) {
+                at(0, k, warp, lane) = s[k].n;
+                at(1, k, warp, lane) = s[k].mean;
+                at(2, k, warp, lane) = s[k].m2;
+            }
         }
+        __syncthreads();
+        Stat t = {0.0f, 0.0f, 0.0f};
+        if (static_cast<int>(threadIdx.x) < V * width) {
+            const int k = threadIdx.x / width, l = threadIdx.x % width;
+            for (int w = 0; w < W; ++w) t = chan_merge(t, Stat{at(0, k, w, l), at(1, k, w, l), at(2, k, w, l)});
+        }
+        __syncthreads();
+        return t;
     }
-    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < V; ++k) s[k] = warp_merge_strided(s[k], width);
+    const int mine = static_cast<int>(threadIdx.x) / width, l = static_cast<int>(threadIdx.x) % width;
     Stat t = {0.0f, 0.0f, 0.0f};
-    if (static_cast<int>(threadIdx.x) < V * width) {
-        const int k = threadIdx.x / width, l = threadIdx.x % width;
-        for (int w = 0; w < W; ++w) t = chan_merge(t, Stat{at(0, k, w, l), at(1, k, w, l), at(2, k, w, l)});
+#pragma unroll
+    for (int first = 0; first < V; first += R) {
+        if (lane < width) {
+#pragma unroll
+            for (int k = 0; k < R; ++k) {
+                at(0, k, warp, lane) = s[first + k].n;
+                at(1, k, warp, lane) = s[first + k].mean;
+                at(2, k, warp, lane) = s[first + k].m2;
+            }
+        }
+        __syncthreads();
+        if (mine >= first && mine < first + R) {
+            for (int w = 0; w < W; ++w)
+                t = chan_merge(t, Stat{at(0, mine - first, w, l), at(1, mine - first, w, l), at(2, mine - first, w, l)});
+        }
+        __syncthreads();
     }
-    __syncthreads();
     return t;
 }
 
@@ -228,6 +253,13 @@ __device__ __forceinline__ unsigned mask_bit(const unsigned char* __restrict__ m
 #endif
 constexpr int kStatsLoads = BW_BNR_STATS_LOADS;
 
+// Channels of a pack the fused NHWC forward's block merge takes a round in its kRounds instances
+// (block_merge_packs_in; the host's MERGE_ROUND): the merge's scratch is shared memory the x
+// cache cannot have. On an H100 (float16 32x256x56x56: 16 cache slots instead of 11) the forward
+// took 54.4 -> 51.3 us with 2, 52.1 with 1; at 32x64x112x112, where rounds free one slot, 2 cost
+// 0.9 us, so the host takes them only where they free several.
+constexpr int kMergeRound = 2;
+
 // Memory offset of element j of channel c's N * HW elements (plane j / HW, offset j % HW).
 __device__ __forceinline__ int nchw_offset(int j, int c, int C, int HW) {
     const int plane = j / HW;
@@ -294,7 +326,7 @@ __global__ void bn_stats_nchw(const T* __restrict__ x, float* __restrict__ ws, i
 
 // Block (tile, s) of a (tiles, S) grid: the Welford states of its tile's channels over its rows,
 // written to ws. Shared by bn_stats_nhwc and the fused forward.
-template <typename T, int V, bool Vec, bool kScratch = false>
+template <typename T, int V, bool Vec, bool kScratch = false, bool kRounds = false>
 __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float* __restrict__ ws, int rows, int C,
                                                  int tx_threads, XCache* cache = nullptr, int cached = 0,
                                                  float* scratch = nullptr) {
@@ -341,7 +373,7 @@ __device__ __forceinline__ void nhwc_block_stats(const T* __restrict__ x, float*
     for (int k = 0; k < V; ++k) st[k] = from_sums(static_cast<float>(count), s1[k], s2[k]);
     Stat t;
     if constexpr (kScratch) {
-        t = block_merge_packs_in<V>(st, tx_threads, scratch);
+        t = block_merge_packs_in<V, (kRounds && kMergeRound < V ? kMergeRound : V)>(st, tx_threads, scratch);
     } else {
         t = block_merge_packs<V>(st, tx_threads);
     }
@@ -1090,8 +1122,10 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nchw(
 }
 
 // 3 blocks an SM (85 registers): V channels' statistics and coefficients; at 4 (64 registers) the
-// residual float16 instance spills.
-template <typename T, bool kResidual>
+// residual float16 instance spills. kRounds: phase A's block merge in rounds (kMergeRound), for a
+// smaller scratch and more x-cache slots; its own instance, so the other keeps its schedule (with a
+// runtime switch instead, the 32x64x112x112 forwards were 0.3-0.6 us slower on an H100).
+template <typename T, bool kResidual, bool kRounds = false>
 __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
         const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
@@ -1099,7 +1133,8 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
         int tx_threads, int cached) {
     constexpr int V = bw::Pack16<T>::size;
     // Dynamic shared memory: cached * kBlock packs of x, then a scratch area (fused_nhwc_scratch_bytes)
-    // for phase A's block merge and, later, phase C's coefficients.
+    // for phase A's block merge (kMergeRound channels a round with kRounds) and, later, phase C's
+    // coefficients.
     extern __shared__ XCache bnr_x_cache[];
     float* scratch = reinterpret_cast<float*>(bnr_x_cache + cached * kBlock);
     const int S = gridDim.y;
@@ -1109,7 +1144,7 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_fused_nhwc(
     const int first_c = b * kMergeGroup + static_cast<int>(threadIdx.x) % kMergeGroup;
     const float first_x = first_c < C ? bw::to_float(x[first_c]) : 0.0f;
     trace_stamp(0);
-    nhwc_block_stats<T, V, true, true>(x, ws, rows, C, tx_threads, bnr_x_cache, cached, scratch);
+    nhwc_block_stats<T, V, true, true, kRounds>(x, ws, rows, C, tx_threads, bnr_x_cache, cached, scratch);
     trace_stamp(1);
     const unsigned token = grid_sync(bar, blocks);
     trace_stamp(2);

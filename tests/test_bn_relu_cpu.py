@@ -175,6 +175,7 @@ def test_barrier_buffer_layout_matches_the_kernels():
     assert constant("kReadyFlags") == "4 * kBarrierGap" and bn_relu.READY_FLAGS_AT == 4 * gap
     assert bn_relu.READY_FLAGS_AT >= bn_relu.BARRIER_WORDS
     assert int(constant("kMergeGroup")) == bn_relu.MERGE_GROUP
+    assert int(constant("kMergeRound")) == bn_relu.MERGE_ROUND
 
 
 def test_reduction_grid_never_spills_into_a_second_wave():
@@ -375,6 +376,17 @@ def test_finalize_takes_a_warp_per_channel_only_for_few_partials():
     assert finalize_grid(2048, 1) == (True, 2048 // (BLOCK // 32))
     assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // (BLOCK // 32) + 1)
     assert finalize_grid(256, 1056) == (False, 256)
+
+
+def test_nhwc_forward_scratch_holds_its_merge_and_the_tile_coefficients():
+    """All of a pack's channels merged at once: 3 floats x 8 warps x tx lanes x pack channels; in
+    rounds MERGE_ROUND of them, but never less than phase C's 12 bytes a channel of the tile."""
+    assert bn_relu.fused_nhwc_scratch_bytes(8, 32) == 3 * 8 * 8 * 32 * 4 == 24576  # float16, C = 256
+    assert bn_relu.fused_nhwc_scratch_bytes(8, 32, merge_rounds=True) == 3 * bn_relu.MERGE_ROUND * 8 * 32 * 4
+    assert bn_relu.fused_nhwc_scratch_bytes(4, 64, merge_rounds=True) == 3 * bn_relu.MERGE_ROUND * 8 * 64 * 4
+    for pack, tx in ((8, 1), (8, 8), (8, 32), (4, 64), (4, 2)):
+        for rounds in (False, True):
+            assert bn_relu.fused_nhwc_scratch_bytes(pack, tx, rounds) >= 12 * pack * tx
 
 
 def test_one_launch_plan_counts_the_elements_its_cache_does_not_hold():

@@ -320,6 +320,32 @@ def test_suite_passes_the_harness_check(tmp_path):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("shape", [(16, 64, 64, 64), (4, 256, 36, 36), (2, 512, 24, 24)], ids=lambda v: "x".join(map(str, v)))
+def test_one_launch_nhwc_forward_merges_in_rounds_to_the_same_bits(shape, variant, dtype, monkeypatch):
+    """The NHWC one-launch forward's block merge, all of a pack's channels at once or MERGE_ROUND
+    a round (more x-cache slots): the same y, mask and statistics bit for bit, passing the check."""
+    from bwbench.cuda import bn_relu as launcher
+
+    case = _case("forward", variant, shape, "NHWC", dtype)
+    inputs = _inputs(case, seed=sum(shape) + 5)
+    outs = []
+    for rounds in (False, True):
+        monkeypatch.setattr(launcher, "PLANS", {})
+        monkeypatch.setattr(launcher, "MERGE_ROUNDS_MIN_SLOTS", -(10**9) if rounds else 10**9)
+        _poison(inputs["x"].numel() * 8)
+        outs.append(launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"],
+                                             inputs.get("z"), fused=True))
+        torch.cuda.synchronize()
+        (plan,) = launcher.PLANS.values()
+        assert plan.merge_rounds == rounds and plan.slots >= 1
+    ok, message = MOD.check(case, inputs, outs[1])
+    assert ok, message
+    for got, want in zip(outs[1], outs[0]):
+        assert torch.equal(got, want), f"{case}: the merge in rounds differs from the merge at once"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
 @pytest.mark.parametrize("layout,shape", [("NHWC", (16, 64, 64, 64)), ("NHWC", (4, 256, 36, 36)),
                                           ("NCHW", (64, 64, 64, 64))], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
 def test_one_launch_forward_gives_the_same_bits_whatever_its_x_cache_holds(layout, shape, variant, dtype, monkeypatch):
