@@ -1,4 +1,5 @@
-"""Probe for a permute kernel change not yet made: float16 batch transpose (B, R, C) -> (B, C, R) in
+"""Probe for a permute kernel change tried and not kept (notes/permute.md: through bwbench's general
+tile path two tiles a block measured slower): float16 batch transpose (B, R, C) -> (B, C, R) in
 64 x 64 tiles of 16-byte packs, one tile a block (as permute_tiled does it) against two tiles a block,
 the second tile's loads out before the first tile's writes (a one-wave transpose otherwise reads
 everything, then writes everything). Each is checked against torch, then timed cold with bwbench's
