@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from rich.console import Console
 from rich.table import Table
 
-from .results import Record
+from .results import Record, memory_text
 from .suite import COPY_IMPL
 
 
@@ -16,8 +16,9 @@ def _gb(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
-def cell(record: Record | None) -> str:
-    """One implementation's result on one case: GB/s and % of the same-size copy, or why not."""
+def cell(record: Record | None, show_mask: bool = False) -> str:
+    """One implementation's result on one case: GB/s and % of the same-size copy (and, for suites
+    with a mask, the memory it keeps as one), or why not."""
     if record is None:
         return ""
     if record.status == "failed":
@@ -31,6 +32,8 @@ def cell(record: Record | None) -> str:
         text += " [yellow]⚠[/]"
     if record.pct_peak is not None and record.pct_peak > 100:
         text += " [bold red]>peak![/]"
+    if show_mask and record.mask_bytes is not None:
+        text += f" [cyan]{memory_text(record.mask_bytes)}[/]"
     return text
 
 
@@ -44,12 +47,16 @@ def summary_tables(records: Iterable[Record]) -> list[Table]:
         impls = [COPY_IMPL] + sorted({r.impl for r in recs if r.impl != COPY_IMPL}, key=[r.impl for r in recs].index)
         cases = list(dict.fromkeys(r.case for r in recs))
         by_key = {(r.case, r.impl): r for r in recs}
-        table = Table(title=f"{suite} · {dtype} · GB/s (% of same-size copy)", title_justify="left")
+        show_mask = any(r.mask_bytes is not None for r in recs)
+        title = f"{suite} · {dtype} · GB/s (% of same-size copy)"
+        if show_mask:
+            title += " · [cyan]mask[/] kept for the backward"
+        table = Table(title=title, title_justify="left")
         table.add_column("case", style="bold")
         for impl in impls:
             table.add_column(impl, justify="right")
         for case in cases:
-            table.add_row(case, *(cell(by_key.get((case, impl))) for impl in impls))
+            table.add_row(case, *(cell(by_key.get((case, impl)), show_mask) for impl in impls))
         tables.append(table)
     return tables
 

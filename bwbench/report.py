@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .results import Record, RunDocument
+from .results import Record, RunDocument, memory_text
 from .suite import COPY_IMPL, format_value
 
 ENVIRONMENT_ROWS = (
@@ -589,19 +589,21 @@ def _marker_style(style_index: int, small: bool = False) -> dict[str, Any]:
 # --- tables ----------------------------------------------------------------------------------
 
 def _case_table(label: str | None, records: Sequence[Record], meta: dict[str, Any], x_axis: str | None) -> str:
-    """Rows are cases, columns are implementations (GB/s, % of copy, speedup against torch)."""
+    """Rows are cases, columns are implementations (GB/s, % of copy, speedup against torch, and the
+    mask memory kept for the backward where the implementation declares one)."""
     impls = implementation_order(meta, records)
+    masked = {r.impl for r in records if r.mask_bytes is not None}
     axes = _unique(k for r in records for k in r.params)
     cases = _cases_in_order(records, axes)
     by_cell = {(r.case, r.impl): r for r in records}
     head1 = "".join(f"<th rowspan=\"2\">{esc(a)}</th>" for a in axes)
-    head1 += "".join(f"<th colspan=\"{_impl_span(i)}\">{esc(i)}</th>" for i in impls)
-    head2 = "".join(_impl_subheads(i) for i in impls)
+    head1 += "".join(f"<th colspan=\"{_impl_span(i, i in masked)}\">{esc(i)}</th>" for i in impls)
+    head2 = "".join(_impl_subheads(i, i in masked) for i in impls)
     rows = []
     for case, example in cases:
         cells = "".join(f"<td class=\"num\">{esc(_axis_text(example, a))}</td>" for a in axes)
         baseline = by_cell.get((case, BASELINE_IMPL))
-        cells += "".join(_impl_cells(by_cell.get((case, i)), i, baseline) for i in impls)
+        cells += "".join(_impl_cells(by_cell.get((case, i)), i, baseline, i in masked) for i in impls)
         rows.append(f"<tr>{cells}</tr>")
     caption = f"<h3>{esc(label)}</h3>" if label else ""
     note = ("" if BASELINE_IMPL in impls else
@@ -666,19 +668,20 @@ def _cases_in_order(records: Sequence[Record], axes: Sequence[str]) -> list[tupl
     return sorted(first.items(), key=lambda item: _sort_key(item[1], axes))
 
 
-def _impl_span(impl: str) -> int:
-    return 1 if impl == COPY_IMPL else 3
+def _impl_span(impl: str, masked: bool = False) -> int:
+    return 1 if impl == COPY_IMPL else 3 + masked
 
 
-def _impl_subheads(impl: str) -> str:
+def _impl_subheads(impl: str, masked: bool = False) -> str:
     if impl == COPY_IMPL:
         return "<th>GB/s</th>"
-    return f"<th>GB/s</th><th>% copy</th><th>speedup vs {esc(BASELINE_IMPL)}</th>"
+    mask = "<th title=\"memory the forward keeps for the backward as its mask\">mask kept</th>" if masked else ""
+    return f"<th>GB/s</th><th>% copy</th><th>speedup vs {esc(BASELINE_IMPL)}</th>{mask}"
 
 
-def _impl_cells(record: Record | None, impl: str, baseline: Record | None) -> str:
+def _impl_cells(record: Record | None, impl: str, baseline: Record | None, masked: bool = False) -> str:
     """One implementation's cells for one case: numbers, or FAILED/skipped with the reason on hover."""
-    span = _impl_span(impl)
+    span = _impl_span(impl, masked)
     if record is None:
         return f"<td class=\"missing\" colspan=\"{span}\">{MISSING}</td>"
     if record.status == "failed":
@@ -692,8 +695,12 @@ def _impl_cells(record: Record | None, impl: str, baseline: Record | None) -> st
     pct = f"{record.pct_copy:.1f}%" if _finite(record.pct_copy) else MISSING
     ratio = speedup(record, baseline)
     ratio_text = f"{ratio:.2f}×" if ratio is not None else MISSING
+    mask = ""
+    if masked:
+        mask = f"<td class=\"num\">{memory_text(record.mask_bytes)}</td>" if _number(record.mask_bytes) else \
+            f"<td class=\"num\">{MISSING}</td>"
     return (f"<td class=\"num\" title=\"{detail}\">{gbps}</td><td class=\"num\">{pct}</td>"
-            f"<td class=\"num\">{ratio_text}</td>")
+            f"<td class=\"num\">{ratio_text}</td>{mask}")
 
 
 def cell_detail(record: Record) -> str:

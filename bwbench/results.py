@@ -46,6 +46,8 @@ class Record:
     bytes_read: int | None = None
     bytes_written: int | None = None
     bytes_total: int | None = None
+    mask_bytes: int | None = None
+    """Memory the forward keeps for the backward as its mask (suites with a mask only)."""
     timing: str | None = None
     stats: dict[str, Any] | None = None
     samples_us: list[float] = field(default_factory=list)
@@ -64,6 +66,11 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def memory_text(nbytes: int) -> str:
+    """A memory size as people read it: kB below a megabyte, MB above."""
+    return f"{nbytes / 1e3:,.1f} kB" if nbytes < 1e6 else f"{nbytes / 1e6:,.1f} MB"
 
 
 @dataclass

@@ -48,6 +48,8 @@ class Runner:
         self.telemetry = telemetry
         self.on_step = on_step or (lambda text: None)
         self._case_counter = 0
+        self._mask_bytes: dict[str, int] = {}
+        """The current case's mask memory by implementation name, for every record made for it."""
 
     # --- records -----------------------------------------------------------------------
     def _record(self, case: Case, impl: str, kind: str, status: str, traffic: Traffic | None,
@@ -56,7 +58,7 @@ class Runner:
             suite=case.suite, case=case.id, params=dict(case.params), dtype=case.dtype, impl=impl, kind=kind,
             status=status, reason=reason,
             bytes_read=traffic.read if traffic else None, bytes_written=traffic.write if traffic else None,
-            bytes_total=traffic.total if traffic else None, **fields)
+            bytes_total=traffic.total if traffic else None, mask_bytes=self._mask_bytes.get(impl), **fields)
         self.writer.add(record)
         return record
 
@@ -67,6 +69,7 @@ class Runner:
         self._case_counter += 1
         records: list[Record] = []
         traffic = suite.compute_traffic(case)
+        self._mask_bytes = {i.name: m for i in impls if (m := suite.mask_bytes_of(i, case)) is not None}
         try:
             self.on_step(f"{case} inputs")
             generator = torch.Generator(device=self.device)

@@ -104,7 +104,9 @@ class Implementation:
     keyword arguments and returns the output tensor (or a tuple of them).
     `unsupported(case)` returns a reason to skip the case, or None. `traffic(case)`, where given,
     replaces the suite's byte model for this implementation (a bitmask moves fewer bytes than a
-    byte mask: each is judged against a copy of its own bytes).
+    byte mask: each is judged against a copy of its own bytes). `mask_bytes(case)`, where given, is
+    the memory the forward keeps for the backward as its mask (a bitmask, a byte mask, or the y that
+    torch keeps in its place): what a mask format saves is memory as well as traffic.
     """
 
     name: str
@@ -113,6 +115,7 @@ class Implementation:
     description: str = ""
     unsupported: Callable[[Case], str | None] | None = None
     traffic: Callable[[Case], "Traffic"] | None = None
+    mask_bytes: Callable[[Case], int] | None = None
 
     def skip_reason(self, case: Case) -> str | None:
         return self.unsupported(case) if self.unsupported else None
@@ -237,7 +240,8 @@ class Suite:
 
     def impl(self, name: str, kind: str, description: str = "",
              unsupported: Callable[[Case], str | None] | None = None,
-             traffic: Callable[[Case], Traffic] | None = None):
+             traffic: Callable[[Case], Traffic] | None = None,
+             mask_bytes: Callable[[Case], int] | None = None):
         if kind not in IMPLEMENTATION_KINDS:
             raise SuiteDefinitionError(f"implementation {name!r}: kind {kind!r} is not one of {IMPLEMENTATION_KINDS}")
         if name == COPY_IMPL or name in self.implementations:
@@ -245,7 +249,7 @@ class Suite:
 
         def register(build: Callable[[Case], Callable[..., Any]]):
             text = description or (build.__doc__ or "").strip().split("\n")[0]
-            self.implementations[name] = Implementation(name, kind, build, text, unsupported, traffic)
+            self.implementations[name] = Implementation(name, kind, build, text, unsupported, traffic, mask_bytes)
             return build
 
         return register
@@ -264,6 +268,10 @@ class Suite:
 
     def traffic_of(self, impl: Implementation, case: Case) -> Traffic:
         return impl.traffic(case) if impl.traffic else self.compute_traffic(case)
+
+    @staticmethod
+    def mask_bytes_of(impl: Implementation, case: Case) -> int | None:
+        return impl.mask_bytes(case) if impl.mask_bytes else None
 
     def select_impls(self, names: Iterable[str] | None) -> list[Implementation]:
         if not names:

@@ -306,7 +306,12 @@ def check(case, inputs, outputs):
 # ----------------------------------------------------------------------------------------------
 
 
-@suite.impl("optimized", kind="cuda", traffic=optimized_traffic, description=(
+def kept_y_bytes(case) -> int:
+    """torch keeps y for threshold_backward: n * itemsize bytes in the mask's place."""
+    return numel(case) * case.itemsize
+
+
+@suite.impl("optimized", kind="cuda", traffic=optimized_traffic, mask_bytes=mask_bytes, description=(
     "statistics pass (shifted sums, Chan merges) then BN+ReLU writing a warp-OR bitmask, 16-byte accesses; "
     "NCHW with H*W % 32 == 0 and NHWC with C % 32 == 0 from 16 MiB: one cooperative launch (grid barrier, "
     "second pass in reverse; the forward keeps part of x in shared memory between the passes); keeps a "
@@ -324,7 +329,7 @@ def optimized(case):
     return lambda dy, mask, x, mean, invstd, gamma, **_: bn_relu_backward(dy, mask, x, mean, invstd, gamma, res)
 
 
-@suite.impl("torch", kind="torch", traffic=torch_traffic, description=(
+@suite.impl("torch", kind="torch", traffic=torch_traffic, mask_bytes=kept_y_bytes, description=(
     "F.batch_norm's aten._batch_norm_impl_index (cuDNN where eligible) + relu_ [after add_]; backward "
     "threshold_backward + native_batch_norm_backward; keeps y (n*itemsize bytes) as its ReLU mask"))
 def eager(case):

@@ -76,6 +76,16 @@ def reference(p, keep, x=None, dy=None, bits=None, bytes=None):  # noqa: A002 - 
     return (out, pack_bits(keep)) if x is not None else out
 
 
+def bit_mask_bytes(case) -> int:
+    """A packed-bit mask: one bit per element, ceil(n / 8) bytes."""
+    return (numel(case) + 7) // 8
+
+
+def byte_mask_bytes(case) -> int:
+    """One mask byte per element (boolmask, and torch's bool mask)."""
+    return numel(case)
+
+
 def _traffic(case, mask: int) -> Traffic:
     data = numel(case) * case.itemsize
     if case.direction == "forward":
@@ -86,12 +96,12 @@ def _traffic(case, mask: int) -> Traffic:
 @suite.traffic
 def traffic(case):
     """The optimized byte model: a packed-bit mask of n / 8 bytes."""
-    return _traffic(case, (numel(case) + 7) // 8)
+    return _traffic(case, bit_mask_bytes(case))
 
 
 def byte_mask_traffic(case):
     """One mask byte per element (boolmask, torch)."""
-    return _traffic(case, numel(case))
+    return _traffic(case, byte_mask_bytes(case))
 
 
 @suite.check_outputs
@@ -140,7 +150,7 @@ def check(case, inputs, outputs) -> tuple[bool, str]:
 
 
 
-@suite.impl("optimized", kind="cuda")
+@suite.impl("optimized", kind="cuda", mask_bytes=bit_mask_bytes)
 def optimized(case):
     """Philox4x32-10 in the kernel, 4 elements per draw, 16-byte accesses, mask words OR-reduced
     across lanes (REDUX on sm_80+) and written by one lane each. Keeps n/8 bytes for the backward."""
@@ -154,7 +164,7 @@ def optimized(case):
     return lambda dy, bits, **_: dropout_backward(dy, bits, p)
 
 
-@suite.impl("boolmask", kind="naive", traffic=byte_mask_traffic)
+@suite.impl("boolmask", kind="naive", traffic=byte_mask_traffic, mask_bytes=byte_mask_bytes)
 def boolmask(case):
     """The same kernel keeping one byte per element (n bytes for the backward)."""
     from bwbench.cuda.bitmask import SOURCE, dropout_backward_bytes, dropout_forward_bytes
@@ -167,7 +177,7 @@ def boolmask(case):
     return lambda dy, bytes, **_: dropout_backward_bytes(dy, bytes, p)  # noqa: A002
 
 
-@suite.impl("torch", kind="torch", traffic=byte_mask_traffic)
+@suite.impl("torch", kind="torch", traffic=byte_mask_traffic, mask_bytes=byte_mask_bytes)
 def eager(case):
     """aten.native_dropout (its own Philox stream, a bool mask: n bytes) and native_dropout_backward."""
     p = case.p

@@ -46,6 +46,11 @@ def mask_bytes(case) -> int:
     return (numel(case) + 7) // 8
 
 
+def kept_y_bytes(case) -> int:
+    """torch keeps y itself for threshold_backward: n * itemsize bytes in the mask's place."""
+    return numel(case) * case.itemsize
+
+
 @suite.inputs
 def inputs(case, gen):
     def randn():
@@ -140,7 +145,7 @@ def check(case, inputs, outputs) -> tuple[bool, str]:
 
 
 
-@suite.impl("optimized", kind="cuda")
+@suite.impl("optimized", kind="cuda", mask_bytes=mask_bytes)
 def optimized(case):
     """Bitmask words from a warp-group OR (one 32-bit word per 32 elements, coalesced), 16-byte
     loads and stores; the backward reads the bitmask, not y. Keeps n/8 bytes for the backward."""
@@ -153,7 +158,7 @@ def optimized(case):
     return lambda dy, y, mask: relu_backward(dy, mask)
 
 
-@suite.impl("bytemask", kind="naive")
+@suite.impl("bytemask", kind="naive", mask_bytes=mask_bytes)
 def bytemask(case):
     """The article's first scheme: one thread per 8 elements builds one mask byte (uncoalesced
     loads, 8 elements apart across a warp). Keeps n/8 bytes for the backward."""
@@ -166,7 +171,7 @@ def bytemask(case):
     return lambda dy, y, mask: relu_backward_bytemask(dy, mask)
 
 
-@suite.impl("torch", kind="torch", traffic=torch_traffic)
+@suite.impl("torch", kind="torch", traffic=torch_traffic, mask_bytes=kept_y_bytes)
 def eager(case):
     """torch.relu forward (keeps y: n*itemsize bytes for the backward), aten.threshold_backward(dy, y, 0)."""
     if case.direction == "forward":

@@ -69,6 +69,25 @@ def test_dropout_byte_models():
     assert suite.traffic_of(impls["torch"], fwd).total == 2 * n * 4 + n
 
 
+def test_mask_memory_next_to_torchs():
+    """What each implementation keeps for the backward: 1 bit an element against torch's byte
+    (dropout: 8x less) or torch's y (ReLU and BN+ReLU: 16x less in float16)."""
+    n = 16 * 32 * 112 * 112
+    relu, dropout, bn_relu = (get_suite(name) for name in ("relu", "dropout", "bn_relu"))
+    for direction in ("forward", "backward"):
+        case = _case(relu, direction=direction, size=(16, 32, 112, 112))
+        kept = {name: relu.mask_bytes_of(impl, case) for name, impl in relu.implementations.items()}
+        assert kept == {"optimized": n // 8, "bytemask": n // 8, "torch": 2 * n}
+    case = _case(dropout, direction="forward", p=0.5, n=(1 << 28) + 3)
+    kept = {name: dropout.mask_bytes_of(impl, case) for name, impl in dropout.implementations.items()}
+    assert kept == {"optimized": (1 << 25) + 1, "boolmask": (1 << 28) + 3, "torch": (1 << 28) + 3}
+    case = _case(bn_relu, direction="forward", variant="bn_relu", shape=(32, 64, 112, 112), layout="NHWC",
+                 dtype="float32")
+    m = 32 * 64 * 112 * 112
+    kept = {name: bn_relu.mask_bytes_of(impl, case) for name, impl in bn_relu.implementations.items()}
+    assert kept == {"optimized": m // 8, "torch": 4 * m, "cudnn": None}  # cuDNN's reserve size: its check message
+
+
 def _module(name):
     import importlib.util
 

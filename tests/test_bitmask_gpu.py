@@ -189,3 +189,8 @@ def test_suites_pass_the_harness_check(name, tmp_path):
     assert not failed, failed
     ok = {r.impl for r in records if r.status == "ok"}
     assert "optimized" in ok
+    # The mask memory is recorded next to torch's: a bit an element against a byte (dropout) or y (relu).
+    for r in records:
+        if r.impl == "optimized":
+            torch_rec = next(t for t in records if t.impl == "torch" and (t.case, t.dtype) == (r.case, r.dtype))
+            assert r.mask_bytes and torch_rec.mask_bytes >= 8 * r.mask_bytes - 7

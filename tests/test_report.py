@@ -287,3 +287,37 @@ def test_cells_carry_time_bytes_and_own_copy_on_hover():
                  extra={"own_copy": {"bytes": 1_342_177_280, "gbps": 4262.9}})
     text = cell_detail(rec)
     assert "median 324.3 µs" in text and "1,342.2 MB moved" in text and "own 1,342.2 MB (4,263 GB/s)" in text
+
+
+def _masked_document() -> RunDocument:
+    """A dropout-like run: the copy, a bitmask and torch's byte mask, each record with its mask memory."""
+    doc = make_document()
+    doc.records = [r for r in doc.records if r.impl in ("copy", "torch")]
+    for r in doc.records:
+        if r.impl == "torch":
+            r.mask_bytes = 3_000_000
+            bit = Record(**{**r.to_dict(), "impl": "optimized", "kind": "cuda", "mask_bytes": 375_000})
+            doc.records.append(bit)
+    return doc
+
+
+def test_mask_memory_shows_next_to_torchs_in_the_report():
+    page = report.render_html([("H100", _masked_document())])
+    assert "mask kept" in page and ">3.0 MB</td>" in page and ">375.0 kB</td>" in page
+    assert "mask kept" not in report.render_html([("H100", make_document())]), "no column without a mask"
+
+
+def test_mask_memory_shows_in_the_terminal_table():
+    from rich.console import Console
+
+    from bwbench.console import summary_tables
+
+    console = Console(width=200, record=True)
+    for table in summary_tables(_masked_document().records):
+        console.print(table)
+    text = " ".join(console.export_text().split())
+    assert "mask kept for the backward" in text and "3.0 MB" in text and "375.0 kB" in text
+    console = Console(width=200, record=True)
+    for table in summary_tables(make_document().records):
+        console.print(table)
+    assert " MB" not in console.export_text() and "mask kept" not in console.export_text()

@@ -165,6 +165,31 @@ def test_an_implementation_may_declare_its_own_bytes():
     assert suite.traffic_of(suite.implementations["a"], case) == suite.compute_traffic(case)
 
 
+def test_records_carry_the_mask_memory_an_implementation_declares(tmp_path):
+    """Every record of an implementation that declares its mask memory carries it, even one made
+    without a GPU (here the inputs fail, so nothing is timed); the others carry None."""
+    from bwbench.results import ResultsWriter, RunDocument, read_document
+    from bwbench.runner import Runner, RunSettings
+
+    suite = make_suite()
+
+    @suite.impl("bitmask", kind="cuda", mask_bytes=lambda case: 125)
+    def bitmask(case):
+        return lambda: None
+
+    @suite.inputs
+    def broken_inputs(case, gen):
+        raise RuntimeError("no inputs on this machine")
+
+    writer = ResultsWriter(tmp_path / "run.json", RunDocument({}, {}, {}))
+    runner = Runner("cpu", None, writer, RunSettings(), None)
+    records = runner.run_case(suite, suite.cases()[0], list(suite.implementations.values()))
+    assert {r.impl: r.mask_bytes for r in records} == {"copy": None, "a": None, "b": None, "bitmask": 125}
+    assert all(r.status == "failed" for r in records)
+    saved = {r.impl: r.mask_bytes for r in read_document(tmp_path / "run.json").records}
+    assert saved["bitmask"] == 125 and saved["a"] is None
+
+
 def test_tuple_axes_read_one_tuple_from_comma_separated_cli_values():
     suite = point_suite()
     assert suite.parse_axis_values("perm", ["0", "2", "1"]) == [(0, 2, 1)]
