@@ -1,13 +1,34 @@
-"""bwbench: how close do memory-bound GPU kernels get to the bandwidth the card can move?"""
+"""bwbench: how close do memory-bound GPU kernels get to the bandwidth the card can move?
+
+The public API (imported on first use, so `import bwbench` stays cheap and does not import torch):
+
+- `Suite`, `Traffic`, `Tolerance`, `Skip`, `pow2`, `compile_per_case`: declare a benchmark;
+- `bench(fn, bytes=..., mode="cold")`: time one callable against a same-size copy;
+- `run(suite_or_path, impls=..., **axes)`: check and time a suite, a pandas DataFrame back;
+- `load(path)`: a results file as a DataFrame.
+"""
 
 __version__ = "0.1.0"
 
+_EXPORTS = {
+    "Suite": "suite", "Traffic": "suite", "Tolerance": "suite", "Skip": "suite", "pow2": "suite",
+    "compile_per_case": "suite", "Case": "suite", "kind_order": "suite",
+    "bench": "api", "run": "api", "load": "api", "BenchResult": "session", "Session": "session",
+}
 
-def load(path):
-    """A results file as a pandas DataFrame, one row per (suite, case, dtype, implementation)."""
-    from .results import load as _load
-
-    return _load(path)
+__all__ = ["__version__", *_EXPORTS]
 
 
-__all__ = ["__version__", "load"]
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bwbench' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

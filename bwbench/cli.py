@@ -159,12 +159,13 @@ def run(
     Axis values can be chosen with --NAME VALUES (e.g. --cols 1024,4096 --rows 4096) or --axis NAME=VALUES.
     Results go to OUT/NAME.json (written after every record, so an interrupted run keeps what it measured), OUT/NAME.csv and OUT/NAME.html.
     """
-    from .runner import RunSettings
+    from .session import SessionSettings
     from .stats import SamplingPolicy
     from .timing import TIMING_MODES
 
     def prepare():
-        from .discovery import get_suite
+        from .discovery import resolve
+        from .session import SuitePlan
 
         if timing not in TIMING_MODES:
             raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
@@ -172,8 +173,7 @@ def run(
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
         plans = []
         axis_args = parse_axis_args(list(ctx.args), axis)
-        for suite_name in _suite_names(suite):
-            chosen = get_suite(suite_name)
+        for chosen in resolve(suite):
             impls = chosen.select_impls(split_list(impl))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
             plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick)))
@@ -181,44 +181,14 @@ def run(
         return plans, parse_size(copy_size), gates
 
     plans, copy_bytes, gates = _guard(prepare)
+    settings = SessionSettings(timing=timing, seed=seed, copy_bytes=copy_bytes,
+                               policy=SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time))
     code = _guard(lambda: _run_measured(
-        plans, copy_bytes,
-        RunSettings(timing=timing, seed=seed),
-        SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time),
-        out, name, report, gpu, gates,
+        plans, settings, out, name, report, gpu, gates,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
     raise typer.Exit(code)
-
-
-@dataclass
-class SuitePlan:
-    """One suite of a run: its implementations and cases, chosen before any GPU work."""
-
-    suite: object
-    impls: list
-    cases: list
-
-
-def _suite_names(argument: str) -> list[str]:
-    """`all` -> every suite that loads; otherwise the comma-separated names, in order."""
-    if argument.strip() == "all":
-        from .discovery import BrokenSuite, discover
-
-        return [name for name, entry in discover().items() if not isinstance(entry, BrokenSuite)]
-    names = split_list(argument) or []
-    if not names:
-        raise UsageError("name a suite (see `bwbench list`), several separated by commas, or `all`")
-    return list(dict.fromkeys(names))
-
-
-def _measure_device_copy(timer, info) -> None:
-    """The device copy bandwidth the environment records (faster of memcpy and a copy kernel)."""
-    from .timing import measure_copy_ceiling
-
-    ceiling = measure_copy_ceiling(timer, info.copy_bytes)
-    info.copy_gbps, info.copy_gbps_by_method = ceiling.gbps, ceiling.gbps_by_method
 
 
 @dataclass
@@ -267,58 +237,39 @@ def _apply_gates(gates: Gates, document) -> bool:
     return passed
 
 
-def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, gpu, gates, options) -> int:
+def _run_measured(plans, settings, out, name, want_report, gpu, gates, options) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .device import query_device, require_cuda
-    from .results import ResultsWriter, RunDocument, write_csv
-    from .runner import Runner
-    from .telemetry import Telemetry
-    from .timing import Timer
+    from .results import write_csv
+    from .session import Session, fails_run
 
-    device = require_cuda(gpu)
-    info = query_device(device)
+    with console.status("measuring the device copy bandwidth…"):
+        session = Session.open(gpu, settings)
+    info = session.environment
     for plan in plans:
         console.print(f"[bold]{plan.suite.name}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
-                      f"+ copy ceiling on {info.gpu_name}")
-    timer = Timer(device, info.l2_bytes, info.sm_clock_max_mhz, policy)
-    with console.status("measuring the device copy bandwidth…"):
-        import torch
-
-        free, _total = torch.cuda.mem_get_info(device)
-        info.copy_bytes = min(copy_bytes, free // 4)
-        _measure_device_copy(timer, info)
+                      f"+ copy ceiling on {session.gpu_name}")
     label = plans[0].suite.name if len(plans) == 1 else ("all" if options.get("suite") == "all" else "suites")
-    stem = name or _default_stem(label, info.gpu_name)
+    stem = name or _default_stem(label, session.gpu_name)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
-    document = RunDocument(environment=info.to_dict(), options=options,
-                           suites={plan.suite.name: plan.suite.describe() for plan in plans})
-
-    interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("starting", total=sum(len(p.cases) * (len(p.impls) + 1) for p in plans))
-        writer = ResultsWriter(paths["json"], document, on_add=lambda rec: progress.advance(task))
-        runner = Runner(device, timer, writer, settings, info.peak_gbps, Telemetry(info.gpu_uuid, info.gpu_index),
-                        on_step=lambda text: progress.update(task, description=text))
-        try:
-            for plan in plans:
-                for case in plan.cases:
-                    runner.run_case(plan.suite, case, plan.impls)
-        except KeyboardInterrupt:
-            interrupted = True
-    writer.finish(interrupted=interrupted)
+        document = session.run(plans, output=paths["json"], options=options,
+                               on_record=lambda rec: progress.advance(task),
+                               on_step=lambda text: progress.update(task, description=text))
+    interrupted = document.interrupted
     write_csv(document, paths["csv"])
     for table in summary_tables(document.records):
         console.print(table)
     for line in problems(document.records):
         console.print(line, soft_wrap=True)
-    console.print(f"device copy bandwidth {info.copy_gbps:,.0f} GB/s"
-                  + (f", theoretical peak {info.peak_gbps:,.0f} GB/s" if info.peak_gbps else ""))
+    console.print(f"device copy bandwidth {info['copy_gbps']:,.0f} GB/s"
+                  + (f", theoretical peak {info['peak_gbps']:,.0f} GB/s" if info.get("peak_gbps") else ""))
     if want_report and document.records:
         try:  # the results are written; a missing plotly costs only the page
-            write_html_report([(info.gpu_name, document)], paths["html"])
+            write_html_report([(session.gpu_name, document)], paths["html"])
             console.print(f"report:  {paths['html']}")
         except ReportUnavailable as err:
             console.print(f"[yellow]warning:[/] {err}", soft_wrap=True)
@@ -327,30 +278,43 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
         console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {paths['json']}")
         return EXIT_INTERRUPTED
     gates_passed = _apply_gates(gates, document)
-    failed = any(r.status == "failed" for r in document.records)
+    failed = any(fails_run(r) for r in document.records)
     return EXIT_FAILED if failed or not gates_passed else EXIT_OK
 
 
 @app.command("list")
-def list_suites():
+def list_suites(
+    source: Optional[str] = typer.Argument(None, help="A suite file or folder (or a comma-separated mix with names); default: every suite bwbench knows (its own, $BWBENCH_SUITES_PATH, the bwbench.suites entry points)."),
+):
     """List the suites, their axes, dtypes and implementations."""
     from rich.table import Table
 
-    from .discovery import BrokenSuite, discover
+    from .discovery import BrokenSuite, listing
+    from .suite import kind_order
 
-    table = Table(title="bwbench suites", title_justify="left")
-    for col in ("suite", "description", "axes (default sweep)", "dtypes", "implementations"):
-        table.add_column(col)
-    for name, entry in discover().items():
-        if isinstance(entry, BrokenSuite):
-            table.add_row(name, f"[red]cannot load: {entry.error}[/]", "", "", "")
-            continue
-        axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in entry.describe()["axes"].items())
-        dtypes = ", ".join(f"[bold]{d}[/]" if d in entry.default_dtypes else d for d in entry.dtypes)
-        impls = "\n".join(f"{i.name} ({i.kind})" for i in entry.implementations.values())
-        table.add_row(name, entry.description, axes, dtypes, impls)
-    console.print(table)
-    console.print("[dim]bold dtype = default; every run also measures the same-size copy ceiling[/]")
+    def show() -> int:
+        entries = listing(source)
+        table = Table(title="bwbench suites", title_justify="left")
+        for col in ("suite", "description", "axes (default sweep)", "dtypes", "implementations"):
+            table.add_column(col)
+        for name, entry in entries.items():
+            if isinstance(entry, BrokenSuite):
+                table.add_row(name, f"[red]cannot load {entry.where}: {entry.error}[/]", "", "", "")
+                continue
+            axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in entry.describe()["axes"].items())
+            dtypes = ", ".join(f"[bold]{d}[/]" if d in entry.default_dtypes else d for d in entry.dtypes)
+            order = {k: i for i, k in enumerate(kind_order(i.kind for i in entry.implementations.values()))}
+            impls = "\n".join(f"{i.name} ({i.kind}{', baseline' if i.is_baseline else ''})"
+                              for i in sorted(entry.implementations.values(), key=lambda i: order[i.kind]))
+            table.add_row(name, entry.description + (f"\n[dim]{entry.source}[/]" if source else ""), axes, dtypes, impls)
+        console.print(table)
+        console.print("[dim]bold dtype = default; every run also measures the same-size copy ceiling[/]")
+        broken = [e for e in entries.values() if isinstance(e, BrokenSuite)]
+        if source and broken:
+            fail("; ".join(f"cannot load {e.where}: {e.error}" for e in broken))
+        return EXIT_OK
+
+    raise typer.Exit(_guard(show))
 
 
 @app.command()
@@ -364,22 +328,13 @@ def info(
     def measure():
         import json
 
-        import torch
+        from .session import Session, SessionSettings
 
-        from .device import query_device, require_cuda
-        from .timing import Timer
-
-        nbytes = parse_size(copy_size)
-        device = require_cuda(gpu)
-        facts = query_device(device)
-        timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz)
-        free, _ = torch.cuda.mem_get_info(device)
-        facts.copy_bytes = min(nbytes, free // 4)
-        _measure_device_copy(timer, facts)
+        facts = Session.open(gpu, SessionSettings(copy_bytes=parse_size(copy_size)), telemetry=False).environment
         if json_out:
-            print(json.dumps(facts.to_dict(), indent=1))
+            print(json.dumps(facts, indent=1))
         else:
-            console.print(device_table(facts.to_dict()))
+            console.print(device_table(facts))
 
     _guard(measure)
 
@@ -430,13 +385,10 @@ def profile(
     def measure() -> int:
         from rich.table import Table
 
-        from .device import query_device, require_cuda
         from .discovery import get_suite
-        from .profile import ProfileResult, find_ncu, run_ncu
-        from .results import ResultsWriter, RunDocument
-        from .runner import Runner, RunSettings
+        from .profile import find_ncu, profile_hook
+        from .session import Session, SessionSettings, SuitePlan
         from .stats import SamplingPolicy
-        from .timing import Timer
 
         chosen = get_suite(suite)
         impls = chosen.select_impls(split_list(impl))
@@ -451,38 +403,30 @@ def profile(
         if len(cases) > 4:
             raise UsageError(f"that selects {len(cases)} cases; profile one at a time (name every axis)")
         find_ncu()
-        device = require_cuda(gpu)
-        facts = query_device(device)
-        timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz, SamplingPolicy(max_seconds=0.5))
+        session = Session.open(gpu, SessionSettings(seed=seed, policy=SamplingPolicy(max_seconds=0.5)),
+                               measure_copy=False)
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{_default_stem(chosen.name, facts.gpu_name)}-profile.json"
-        document = RunDocument(environment=facts.to_dict(), options={"profile": True, "argv": sys.argv[1:]},
-                               suites={chosen.name: chosen.describe()})
-        writer = ResultsWriter(path, document)
-        runner = Runner(device, timer, writer, RunSettings(seed=seed), facts.peak_gbps)
+        path = out / f"{_default_stem(chosen.name, session.gpu_name)}-profile.json"
         table = Table(title=f"{chosen.name}: DRAM bytes measured by Nsight Compute against the byte model")
         for col in ("case", "dtype", "impl", "kernels", "model MB", "DRAM MB", "DRAM / model",
                     "bwbench µs", "ncu µs", "ncu / bwbench"):
             table.add_column(col, justify="left" if col in ("case", "dtype", "impl") else "right")
-        for c in cases:
-            with console.status(f"checking and timing {c}…"):
-                records = runner.run_case(chosen, c, impls)
-            for rec in records:
-                if rec.impl == "copy":
-                    continue
-                if rec.status != "ok":
-                    table.add_row(c.id, c.dtype, rec.impl, rec.status, "", "", "", "", "", "")
-                    continue
-                with console.status(f"ncu on {rec.impl} {c}…"):
-                    kernels = run_ncu(chosen.name, rec.impl, dict(c.params), c.dtype, seed, gpu)
-                result = ProfileResult(kernels, rec.bytes_total, rec.stats["median_us"])
-                rec.extra = {**(rec.extra or {}), "profile": result.to_dict()}
-                writer.flush()
-                table.add_row(c.id, c.dtype, rec.impl, str(len(kernels)), f"{result.model_bytes / 1e6:,.1f}",
-                              f"{result.dram_bytes / 1e6:,.1f}", f"{result.bytes_ratio:.2f}×",
-                              f"{result.bwbench_median_us:,.1f}", f"{result.ncu_time_us:,.1f}",
-                              f"{result.time_ratio:.2f}" if result.time_ratio else "—")
-        writer.finish()
+        hook = profile_hook(chosen, gpu, on_profile=lambda c, name: console.print(f"[dim]ncu on {name} {c}…[/]"))
+        with console.status(f"checking, timing and profiling {len(cases)} case(s)…"):
+            document = session.run([SuitePlan(chosen, impls, cases)], output=path, after_timing=hook,
+                                   options={"profile": True, "argv": sys.argv[1:]})
+        for rec in document.records:
+            if rec.impl == "copy":
+                continue
+            result = (rec.extra or {}).get("profile")
+            if rec.status != "ok" or not result:
+                table.add_row(rec.case, rec.dtype, rec.impl, rec.status, "", "", "", "", "", "")
+                continue
+            table.add_row(rec.case, rec.dtype, rec.impl, str(result["kernel_count"]),
+                          f"{result['model_bytes'] / 1e6:,.1f}", f"{result['dram_bytes'] / 1e6:,.1f}",
+                          f"{result['bytes_ratio']:.2f}×", f"{result['bwbench_median_us']:,.1f}",
+                          f"{result['ncu_time_us']:,.1f}",
+                          f"{result['time_ratio']:.2f}" if result.get("time_ratio") else "—")
         console.print(table)
         console.print(f"results: {path}")
         return EXIT_OK

@@ -1,9 +1,19 @@
-"""Suites are found by convention: every suites/NAME.py (not starting with "_") defines `suite`."""
+"""Where suites come from: bwbench's own suites/ folder, folders on $BWBENCH_SUITES_PATH, packages
+that declare a `bwbench.suites` entry point, and any file or folder the user names.
+
+A suite file is plain Python that builds `suite = Suite(...)`; files whose name starts with "_" are
+helpers, not suites. A file that fails to import is kept as a BrokenSuite (with the file and line
+that raised) so listing shows it instead of hiding it, and running it is a clear error. Two suites
+with one name are an error naming both files: which one a run measured must never be a guess.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 import sys
+import traceback
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +22,12 @@ from .paths import suites_dir
 from .suite import SelectionError, Suite
 
 PACKAGE = "bwbench_suites"
+"""The synthetic package bwbench's own suite files are imported under (so they can import private
+helpers next to them: from ._x import y); every other folder gets its own."""
+ENTRY_POINT_GROUP = "bwbench.suites"
+"""An entry point in this group names a Suite, a module defining `suite`, or a list of Suites."""
+PATH_VARIABLE = "BWBENCH_SUITES_PATH"
+"""Folders of suite files, separated by ':' (os.pathsep), searched after bwbench's own."""
 
 
 @dataclass(frozen=True)
@@ -21,51 +37,230 @@ class BrokenSuite:
     name: str
     path: Path
     error: str
+    line: int | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else str(self.path)
 
 
-def _package(directory: Path) -> None:
-    # A synthetic package so suite files can import private helpers next to them (from ._x import y).
-    if PACKAGE not in sys.modules:
-        pkg = types.ModuleType(PACKAGE)
+class SuiteCollision(SelectionError):
+    """Two suites share a name: the message names both files."""
+
+
+class BrokenSuiteError(SelectionError):
+    """The suite the user asked for cannot be imported: the message names the file and line."""
+
+
+def _package_for(directory: Path) -> str:
+    directory = directory.resolve()
+    try:
+        builtin = suites_dir().resolve()
+    except FileNotFoundError:  # pragma: no cover - an install without its suites
+        builtin = None
+    name = PACKAGE if directory == builtin else \
+        f"{PACKAGE}_{hashlib.sha1(str(directory).encode()).hexdigest()[:12]}"
+    if name not in sys.modules:
+        pkg = types.ModuleType(name)
         pkg.__path__ = [str(directory)]
-        sys.modules[PACKAGE] = pkg
+        sys.modules[name] = pkg
+    return name
 
 
-def load_suite_file(path: Path) -> Suite | BrokenSuite:
-    name = path.stem
-    _package(path.parent)
-    module_name = f"{PACKAGE}.{name}"
-    if module_name in sys.modules:
-        module = sys.modules[module_name]
-    else:
+def _error_line(err: BaseException, path: Path) -> int | None:
+    """The line of `path` the error came from: a syntax error's own line, else the traceback's last
+    frame in that file."""
+    if isinstance(err, SyntaxError) and err.filename and Path(err.filename).resolve() == path:
+        return err.lineno
+    line = None
+    for frame in traceback.extract_tb(err.__traceback__):
+        if Path(frame.filename).resolve() == path:
+            line = frame.lineno
+    return line
+
+
+def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
+    """Import one suite file (once per process) and return its `suite`, or why it cannot."""
+    path = Path(path).resolve()
+    module_name = f"{_package_for(path.parent)}.{path.stem}"
+    module = sys.modules.get(module_name)
+    if module is None or getattr(module, "__file__", None) != str(path):
         try:
             spec = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
             spec.loader.exec_module(module)
-        except Exception as err:  # noqa: BLE001 - one broken suite must not hide the others
+        except BaseException as err:  # noqa: BLE001 - one broken suite must not hide the others
             sys.modules.pop(module_name, None)
-            return BrokenSuite(name, path, f"{type(err).__name__}: {err}")
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            return BrokenSuite(path.stem, path, f"{type(err).__name__}: {err}", _error_line(err, path))
     suite = getattr(module, "suite", None)
     if not isinstance(suite, Suite):
-        return BrokenSuite(name, path, "the file defines no `suite = Suite(...)`")
-    if suite.name != name:
-        return BrokenSuite(name, path, f"the file's suite is named {suite.name!r}, not {name!r}")
+        return BrokenSuite(path.stem, path, "the file defines no `suite = Suite(...)`")
+    suite.source = str(path)
     return suite
 
 
+def _name_of(entry: Suite | BrokenSuite) -> str:
+    return entry.name
+
+
+def _source_of(entry: Suite | BrokenSuite) -> str:
+    return str(entry.path) if isinstance(entry, BrokenSuite) else (entry.source or f"<{entry.name}>")
+
+
+def load_folder(directory: str | os.PathLike) -> list[Suite | BrokenSuite]:
+    """Every suite file in a folder (not its subfolders), in name order."""
+    directory = Path(directory)
+    return [load_suite_file(p) for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")]
+
+
+def entry_point_suites() -> list[Suite | BrokenSuite]:
+    """Suites that installed packages declare in the `bwbench.suites` entry-point group."""
+    from importlib.metadata import entry_points
+
+    found: list[Suite | BrokenSuite] = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        origin = f"entry point {ep.name} = {ep.value}"
+        try:
+            target = ep.load()
+        except Exception as err:  # noqa: BLE001
+            frames = traceback.extract_tb(err.__traceback__)
+            where = Path(frames[-1].filename) if frames else Path(origin)
+            found.append(BrokenSuite(ep.name, where, f"{origin}: {type(err).__name__}: {err}",
+                                     frames[-1].lineno if frames else None))
+            continue
+        if isinstance(target, types.ModuleType):
+            target = getattr(target, "suite", None)
+        suites = target if isinstance(target, (list, tuple)) else [target]
+        for suite in suites:
+            if isinstance(suite, Suite):
+                if suite.source is None:
+                    suite.source = getattr(sys.modules.get(getattr(ep, "module", "")), "__file__", None) or origin
+                found.append(suite)
+            else:
+                found.append(BrokenSuite(ep.name, Path(origin), "the entry point names no Suite"))
+    return found
+
+
+def path_folders() -> list[Path]:
+    """The folders on $BWBENCH_SUITES_PATH, in order; empty entries ignored."""
+    value = os.environ.get(PATH_VARIABLE, "")
+    return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+
+
+def _collect(entries: list[Suite | BrokenSuite]) -> dict[str, Suite | BrokenSuite]:
+    found: dict[str, Suite | BrokenSuite] = {}
+    for entry in entries:
+        name = _name_of(entry)
+        if name in found and _source_of(found[name]) != _source_of(entry):
+            raise SuiteCollision(f"two suites are named {name!r}: {_source_of(found[name])} and {_source_of(entry)}; "
+                                 "rename one (Suite(name=...)) or leave one folder out")
+        found[name] = entry
+    return found
+
+
+def registry() -> dict[str, Suite | BrokenSuite]:
+    """Every suite known by name: bwbench's own, $BWBENCH_SUITES_PATH folders, entry points."""
+    entries = load_folder(suites_dir())
+    for folder in path_folders():
+        if not folder.is_dir():
+            raise SelectionError(f"{PATH_VARIABLE} names {folder}, which is not a folder")
+        entries += load_folder(folder)
+    entries += entry_point_suites()
+    return _collect(entries)
+
+
 def discover(directory: Path | None = None) -> dict[str, Suite | BrokenSuite]:
-    directory = directory or suites_dir()
-    return {p.stem: load_suite_file(p) for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
+    """The suites of one folder by name, or, without a folder, every suite known by name."""
+    if directory is None:
+        return registry()
+    return _collect(load_folder(directory))
+
+
+def looks_like_path(text: str) -> bool:
+    """A selection that names a file or folder rather than a suite."""
+    return text.endswith(".py") or "/" in text or os.sep in text or text in (".", "..") or text.startswith("~")
+
+
+def _usable(entry: Suite | BrokenSuite) -> Suite:
+    if isinstance(entry, BrokenSuite):
+        raise BrokenSuiteError(f"suite {entry.name!r} could not be loaded: {entry.where}: {entry.error}")
+    entry.check_complete()
+    return entry
+
+
+def from_path(text: str) -> list[Suite | BrokenSuite]:
+    """The suites a path names: one file, or every suite file in a folder."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        entries = load_folder(path)
+        if not entries:
+            raise SelectionError(f"{text}: no suite files (*.py not starting with '_') in this folder")
+        return entries
+    if path.is_file():
+        return [load_suite_file(path)]
+    raise SelectionError(f"{text}: no such file or folder")
+
+
+def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
+    """The suites a selection names, in order, each once: a Suite, a name, `all`, a path to a file or
+    folder, or a comma-separated mix (`softmax,./mine.py`). A broken file, an unknown name and two
+    suites with one name are SelectionErrors."""
+    if isinstance(selection, Suite):
+        return [_usable(selection)]
+    if isinstance(selection, (list, tuple)):
+        parts = list(selection)
+    else:
+        parts = [p.strip() for p in str(selection).split(",") if p.strip()]
+    if not parts:
+        raise SelectionError("name a suite (see `bwbench list`), a suite file or folder, several separated by commas, or `all`")
+    chosen: list[Suite | BrokenSuite] = []
+    known: dict[str, Suite | BrokenSuite] | None = None
+    for part in parts:
+        if isinstance(part, Suite):
+            chosen.append(part)
+        elif isinstance(part, os.PathLike) or looks_like_path(part) or Path(part).is_file():
+            chosen += from_path(str(part))
+        else:
+            known = registry() if known is None else known
+            if part == "all":
+                chosen += [e for e in known.values() if isinstance(e, Suite)]
+            elif part in known:
+                chosen.append(known[part])
+            else:
+                valid = ", ".join(k for k, v in known.items() if isinstance(v, Suite)) or "none"
+                raise SelectionError(f"no suite named {part!r}; suites: {valid} (or give a path: ./my_suite.py)")
+    unique = _collect(chosen)
+    return [_usable(entry) for entry in unique.values()]
+
+
+def listing(selection: str | None = None) -> dict[str, Suite | BrokenSuite]:
+    """What `bwbench list` shows: every known suite, or those a path names, broken ones included."""
+    if not selection:
+        return registry()
+    entries: list[Suite | BrokenSuite] = []
+    for part in (p.strip() for p in selection.split(",") if p.strip()):
+        if looks_like_path(part) or Path(part).exists():
+            entries += from_path(part)
+        else:
+            known = registry()
+            if part not in known:
+                raise SelectionError(f"no suite named {part!r}")
+            entries.append(known[part])
+    return _collect(entries)
 
 
 def get_suite(name: str, directory: Path | None = None) -> Suite:
-    found = discover(directory)
-    entry = found.get(name)
-    if entry is None:
-        valid = ", ".join(k for k, v in found.items() if isinstance(v, Suite)) or "none"
-        raise SelectionError(f"no suite named {name!r}; suites: {valid}")
-    if isinstance(entry, BrokenSuite):
-        raise SelectionError(f"suite {name!r} could not be loaded from {entry.path}: {entry.error}")
-    entry.check_complete()
-    return entry
+    """One suite by name (or path), ready to run."""
+    if directory is not None:
+        found = discover(directory)
+        if name not in found:
+            valid = ", ".join(k for k, v in found.items() if isinstance(v, Suite)) or "none"
+            raise SelectionError(f"no suite named {name!r}; suites: {valid}")
+        return _usable(found[name])
+    suites = resolve(name)
+    if len(suites) != 1:
+        raise SelectionError(f"{name!r} names {len(suites)} suites; name one")
+    return suites[0]

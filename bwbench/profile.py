@@ -107,14 +107,14 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
                           value(row, METRICS[1]), value(row, METRICS[2])) for row in data if len(row) == len(header)]
 
 
-def run_ncu(suite: str, impl: str, params: dict[str, Any], dtype: str, seed: int, gpu: int,
-            timeout_s: float = 600) -> list[KernelMetrics]:
-    """Profile one call of the implementation in a child process under ncu."""
+def run_ncu(spec: dict[str, Any], timeout_s: float = 600) -> list[KernelMetrics]:
+    """Profile one call of the implementation in a child process under ncu. `spec` names the call
+    (target_spec): the child loads the same suite file and regenerates the very inputs the run
+    checked and timed from their seed."""
     ncu = find_ncu()
-    spec = json.dumps({"suite": suite, "impl": impl, "params": params, "dtype": dtype, "seed": seed, "gpu": gpu})
     cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
            "--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units", "base",
-           sys.executable, "-m", "bwbench.profile", spec]
+           sys.executable, "-m", "bwbench.profile", json.dumps(spec)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     output = proc.stdout + proc.stderr
     if "ERR_NVGPUCTRPERM" in output or "permission" in output.lower() and "counter" in output.lower():
@@ -128,22 +128,48 @@ def run_ncu(suite: str, impl: str, params: dict[str, Any], dtype: str, seed: int
     return kernels
 
 
+def target_spec(suite, case, impl_name: str, input_seed: int, gpu: int) -> dict[str, Any]:
+    """What the ncu child needs to repeat one checked call: the suite's file (or name), the case,
+    the implementation and the seed its inputs were generated from."""
+    return {"suite": suite.source or suite.name, "impl": impl_name, "params": dict(case.params),
+            "dtype": case.dtype, "input_seed": input_seed, "gpu": gpu}
+
+
+def profile_hook(suite, gpu: int, on_profile=None):
+    """The session's after_timing hook for `bwbench profile`: ncu on the implementation just timed,
+    with the same inputs, its figures returned for the record's extra["profile"]."""
+
+    def hook(case, impl, fields: dict[str, Any]) -> dict[str, Any]:
+        if on_profile:
+            on_profile(case, impl.name)
+        kernels = run_ncu(target_spec(suite, case, impl.name, fields["input_seed"], gpu))
+        result = ProfileResult(kernels, fields["bytes_total"], (fields.get("stats") or {}).get("median_us"))
+        return {"profile": result.to_dict()}
+
+    return hook
+
+
+def prepare_target(spec: dict[str, Any], device):
+    """(implementation callable, inputs) of one profiled call: the suite loaded from the same file,
+    the inputs regenerated from the run's seed for this case."""
+    from .discovery import get_suite
+    from .runner import make_case_inputs
+    from .suite import Case
+
+    suite = get_suite(spec["suite"])
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["params"].items()}
+    case = Case(suite.name, params, spec["dtype"])
+    inputs = make_case_inputs(suite, case, device, spec["input_seed"])
+    return suite.implementations[spec["impl"]].build(case), inputs
+
+
 def _profile_target(spec: dict[str, Any]) -> None:
     """Child process: build the case, warm up outside the NVTX range, then one call inside it."""
     import torch
 
-    from .discovery import get_suite
-    from .suite import Case
-
     device = torch.device("cuda", spec["gpu"])
     torch.cuda.set_device(device)
-    suite = get_suite(spec["suite"])
-    params = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["params"].items()}
-    case = Case(suite.name, params, spec["dtype"])
-    generator = torch.Generator(device=device)
-    generator.manual_seed(spec["seed"])
-    inputs = suite.make_inputs(case, generator)
-    fn = suite.implementations[spec["impl"]].build(case)
+    fn, inputs = prepare_target(spec, device)
     fn(**inputs)
     fn(**inputs)
     torch.cuda.synchronize(device)
@@ -161,5 +187,5 @@ if __name__ == "__main__":
         target = None
     if not isinstance(target, dict):
         sys.exit("python -m bwbench.profile SPEC: SPEC is the JSON record of one call (suite, impl, params, "
-                 "dtype, seed, gpu) that `bwbench profile` passes; use `bwbench profile --help` instead")
+                 "dtype, input_seed, gpu) that `bwbench profile` passes; use `bwbench profile --help` instead")
     _profile_target(target)

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "bwbench.results/1"
+SCHEMA_VERSION = 2
+"""Bumped whenever Record, Check or RunDocument gain, lose or retype a field (a test compares
+FIELDS_DIGEST with the dataclasses and fails until both are updated, with docs/results-schema.json)."""
+SCHEMA = f"bwbench.results/{SCHEMA_VERSION}"
+READABLE_SCHEMAS = ("bwbench.results/1", SCHEMA)
+"""Versions this reader accepts: fields added since an older version take their defaults."""
+FIELDS_DIGEST = "see tests/test_schema.py"
 
 STATUSES = ("ok", "failed", "skipped")
 
@@ -59,6 +65,20 @@ class Record:
     telemetry: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None
     """Implementation-specific details (the copy ceiling's method and each method's GB/s)."""
+    role: str | None = None
+    """"test" (code under test: a wrong result fails the run) or "baseline" (what it is measured
+    against); None for the copy ceiling and for files written before roles existed."""
+    inexact: bool = False
+    """A baseline outside the suite's tolerance: timed and recorded (status "ok", its numbers are
+    real) but its output is not right; `check` holds its largest error and `reason` says so."""
+    disturbed: bool = False
+    """The samples were disturbed (median far above p10: another process, moving clocks): the
+    median is not the kernel's speed, gates call a change against it ambiguous."""
+    build_s: float | None = None
+    """Seconds spent building the implementation and its first call (compile, autotune,
+    descriptors), all outside the timing."""
+    input_seed: int | None = None
+    """Seed of the case's random inputs: the same seed regenerates the same inputs (profile does)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -99,17 +119,52 @@ class RunDocument:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunDocument":
         schema = data.get("schema")
-        if schema != SCHEMA:
-            raise ValueError(f"not a bwbench results file (schema {schema!r}, expected {SCHEMA!r})")
+        if schema not in READABLE_SCHEMAS:
+            raise ValueError(f"not a bwbench results file (schema {schema!r}, expected one of {READABLE_SCHEMAS})")
         return cls(
             environment=data.get("environment", {}),
             options=data.get("options", {}),
             suites=data.get("suites", {}),
-            records=[Record(**r) for r in data.get("records", [])],
+            records=[record_from_dict(r, i) for i, r in enumerate(data.get("records", []))],
             complete=bool(data.get("complete")),
             interrupted=bool(data.get("interrupted")),
             schema=schema,
         )
+
+
+def record_from_dict(data: Any, index: int = 0) -> Record:
+    """A Record from its JSON form: keys it does not know (a newer writer's fields) are ignored,
+    fields an older file lacks take their defaults, and a missing or mistyped field is a
+    ValueError naming record and field."""
+    from dataclasses import MISSING, fields
+
+    if not isinstance(data, dict):
+        raise ValueError(f"records[{index}] is not an object")
+    known = {f.name: f for f in fields(Record)}
+    for name, f in known.items():
+        if name not in data and f.default is MISSING and f.default_factory is MISSING:
+            raise ValueError(f"records[{index}] has no field {name!r}")
+    for name, kinds in _FIELD_CHECKS.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kinds):
+            raise ValueError(f"records[{index}].{name} is {type(value).__name__}, not {kinds[0].__name__}")
+    if data.get("samples_us") is not None and not isinstance(data["samples_us"], list):
+        raise ValueError(f"records[{index}].samples_us is not a list")
+    values = {k: v for k, v in data.items() if k in known}
+    if values.get("samples_us") is None:
+        values.pop("samples_us", None)
+    try:
+        return Record(**values)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"records[{index}]: {err}") from None
+
+
+_FIELD_CHECKS: dict[str, tuple[type, ...]] = {
+    "suite": (str,), "case": (str,), "dtype": (str,), "impl": (str,), "kind": (str,), "status": (str,),
+    "params": (dict,), "stats": (dict,), "check": (dict,), "telemetry": (dict,), "extra": (dict,),
+    "gbps": (float, int), "copy_gbps": (float, int), "pct_copy": (float, int), "pct_peak": (float, int),
+    "bytes_total": (int,), "bytes_read": (int,), "bytes_written": (int,),
+}
 
 
 class ResultsWriter:
@@ -158,8 +213,8 @@ def read_document(path: str | os.PathLike) -> RunDocument:
         raise ValueError(f"{path} is not a bwbench results file")
     try:
         return RunDocument.from_dict(data)
-    except TypeError as err:
-        raise ValueError(f"{path}: malformed record ({err})") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: malformed results file: {err}") from None
 
 
 STAT_COLUMNS = ("count", "min_us", "p10_us", "median_us", "p90_us", "max_us", "mean_us", "stdev_us", "noise", "median_error", "converged")

@@ -1,10 +1,13 @@
-"""The run loop: for each case, make inputs and the reference, check every implementation, then time
-the ones that passed next to the same-size copy, and record everything as it happens."""
+"""The case loop: for each case, make inputs and the reference, check every implementation, then time
+the ones that passed (and the baselines outside tolerance, marked inexact) next to the same-size
+copy, and hand each record to the writer once, complete, as soon as it is made."""
 
 from __future__ import annotations
 
 import gc
+import time
 import traceback
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,6 +27,28 @@ class RunSettings:
     seed: int = 0
 
 
+def case_seed(seed: int, case: Case) -> int:
+    """The seed of one case's inputs: fixed by the run's seed and the case itself (suite, axis
+    values, dtype), not by its place in the sweep, so any process (an ncu child, a worker on
+    another GPU) regenerates exactly the inputs that were checked."""
+    return (int(seed) * 1_000_003 + zlib.crc32(str(case).encode())) % (2**62)
+
+
+def make_case_inputs(suite: Suite, case: Case, device, seed: int) -> dict[str, Any]:
+    """The case's inputs from its seed (see case_seed): the one place inputs are generated."""
+    import torch
+
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return suite.make_inputs(case, generator)
+
+
+AfterTiming = Callable[[Case, Implementation, dict[str, Any]], dict[str, Any] | None]
+"""A hook called with (case, implementation, the record's fields) after an implementation is
+timed and before its record is written; what it returns is merged into the record's `extra`
+(profile adds Nsight Compute's figures so)."""
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     name = type(err).__name__
     return name in ("OutOfMemoryError", "OutOfMemory") or "out of memory" in str(err).lower()
@@ -39,7 +64,8 @@ class Runner:
 
     def __init__(self, device, timer: Timer, writer: ResultsWriter, settings: RunSettings,
                  peak_gbps: float | None, telemetry: Telemetry | None = None,
-                 on_step: Callable[[str], None] | None = None):
+                 on_step: Callable[[str], None] | None = None, after_timing: AfterTiming | None = None):
+        self.after_timing = after_timing
         self.device = device
         self.timer = timer
         self.writer = writer
@@ -47,44 +73,46 @@ class Runner:
         self.peak_gbps = peak_gbps
         self.telemetry = telemetry
         self.on_step = on_step or (lambda text: None)
-        self._case_counter = 0
+        self._input_seed: int | None = None
         self._mask_bytes: dict[str, int] = {}
         """The current case's mask memory by implementation name, for every record made for it."""
 
     # --- records -----------------------------------------------------------------------
-    def _record(self, case: Case, impl: str, kind: str, status: str, traffic: Traffic | None,
-                reason: str | None = None, **fields: Any) -> Record:
+    def _record(self, case: Case, impl: str | Implementation, kind: str | None, status: str,
+                traffic: Traffic | None, reason: str | None = None, **fields: Any) -> Record:
+        """Make a record, complete, and hand it to the writer (records are never changed after)."""
+        role = None
+        if isinstance(impl, Implementation):
+            impl, kind, role = impl.name, impl.kind, impl.role
         record = Record(
             suite=case.suite, case=case.id, params=dict(case.params), dtype=case.dtype, impl=impl, kind=kind,
             status=status, reason=reason,
             bytes_read=traffic.read if traffic else None, bytes_written=traffic.write if traffic else None,
-            bytes_total=traffic.total if traffic else None, mask_bytes=self._mask_bytes.get(impl), **fields)
+            bytes_total=traffic.total if traffic else None, mask_bytes=self._mask_bytes.get(impl),
+            role=role, input_seed=self._input_seed, **fields)
         self.writer.add(record)
         return record
 
     # --- one case ----------------------------------------------------------------------
     def run_case(self, suite: Suite, case: Case, impls: list[Implementation]) -> list[Record]:
-        import torch
-
-        self._case_counter += 1
         records: list[Record] = []
         traffic = suite.compute_traffic(case)
         self._mask_bytes = {i.name: m for i in impls if (m := suite.mask_bytes_of(i, case)) is not None}
+        self._input_seed = case_seed(self.settings.seed, case)
         try:
             self.on_step(f"{case} inputs")
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(self.settings.seed + self._case_counter)
-            inputs = suite.make_inputs(case, generator)
+            inputs = make_case_inputs(suite, case, self.device, self._input_seed)
             reference = suite.compute_reference(**inputs)
         except Exception as err:  # noqa: BLE001
             self._release()
             status, reason = ("skipped", f"out of memory making inputs and reference: {_short_error(err)}") \
                 if is_out_of_memory(err) else ("failed", f"inputs or reference failed: {_short_error(err)}")
-            for name, kind in [(COPY_IMPL, "ceiling")] + [(i.name, i.kind) for i in impls]:
-                records.append(self._record(case, name, kind, status, traffic, reason))
+            records.append(self._record(case, COPY_IMPL, "ceiling", status, traffic, reason))
+            for impl in impls:
+                records.append(self._record(case, impl, None, status, traffic, reason))
             return records
 
-        passed: list[tuple[Implementation, Callable[[], Any], dict]] = []
+        passed: list[tuple[Implementation, Callable[[], Any], dict, float]] = []
         for impl in impls:
             self.on_step(f"{case} check {impl.name}")
             outcome = self._build_and_check(suite, case, impl, inputs, reference)
@@ -95,27 +123,16 @@ class Runner:
         del reference
         self._release()
 
-        before = self.telemetry.sample() if self.telemetry else {}
         copy_record = self._time_copy(case, traffic)
         records.append(copy_record)
         own_copies: dict[int, dict] = {}
-        for impl, fn, check in passed:
+        for impl, fn, check, build_s in passed:
             self.on_step(f"{case} time {impl.name}")
             impl_traffic = suite.traffic_of(impl, case)
             own = self._own_copy_gbps(case, impl_traffic, copy_record, own_copies) if copy_record.status == "ok" else None
-            record = self._time_impl(case, impl, fn, inputs, check, impl_traffic,
-                                     own["gbps"] if own else copy_record.gbps)
-            if own:
-                record.extra = {**(record.extra or {}), "own_copy": own}
-                self.writer.flush()
-            records.append(record)
-        after = self.telemetry.sample() if self.telemetry else {}
-        if self.telemetry:
-            window = summarize_window(before, after)
-            for rec in records:
-                if rec.status == "ok":
-                    rec.telemetry = window
-            self.writer.flush()
+            records.append(self._time_impl(case, impl, fn, inputs, check, impl_traffic,
+                                           own["gbps"] if own else copy_record.gbps, build_s,
+                                           {"own_copy": own} if own else None))
         del inputs, passed
         self._release()
         return records
@@ -123,38 +140,44 @@ class Runner:
     def _build_and_check(self, suite: Suite, case: Case, impl: Implementation, inputs: dict, reference):
         reason = impl.skip_reason(case)
         if reason:
-            return self._record(case, impl.name, impl.kind, "skipped", suite.traffic_of(impl, case), reason)
+            return self._record(case, impl, None, "skipped", suite.traffic_of(impl, case), reason)
         traffic = suite.traffic_of(impl, case)
+        began = time.perf_counter()
         try:
             fn = impl.build(case)
+            # The first call compiles what is compiled lazily (torch.compile, Triton's JIT and
+            # autotuning): build time, recorded and kept out of both the check and the timing.
+            fn(**inputs)
+            self._sync()
         except Skip as err:
-            return self._record(case, impl.name, impl.kind, "skipped", traffic, str(err))
+            return self._record(case, impl, None, "skipped", traffic, str(err))
         except Exception as err:  # noqa: BLE001 - a broken build must not stop the other implementations
+            self._release()
             if is_out_of_memory(err):
-                self._release()
-                return self._record(case, impl.name, impl.kind, "skipped", traffic, f"out of memory: {_short_error(err)}")
-            return self._record(case, impl.name, impl.kind, "failed", traffic,
-                                f"build failed: {_short_error(err)}", check={"passed": False, "message": traceback.format_exc(limit=3)})
+                return self._record(case, impl, None, "skipped", traffic, f"out of memory: {_short_error(err)}")
+            return self._record(case, impl, None, "failed", traffic, f"build failed: {_short_error(err)}",
+                                check={"passed": False, "message": traceback.format_exc(limit=3)})
+        build_s = time.perf_counter() - began
         try:
             poison_allocator(reference, case.torch_dtype)
             out = fn(**inputs)
-            import torch
-
-            torch.cuda.synchronize(self.device)
+            self._sync()
             check = self._judge(suite, case, inputs, out, reference)
             del out
         except Skip as err:
-            return self._record(case, impl.name, impl.kind, "skipped", traffic, str(err))
+            return self._record(case, impl, None, "skipped", traffic, str(err), build_s=build_s)
         except Exception as err:  # noqa: BLE001
             self._release()
             if is_out_of_memory(err):
-                return self._record(case, impl.name, impl.kind, "skipped", traffic, f"out of memory: {_short_error(err)}")
-            return self._record(case, impl.name, impl.kind, "failed", traffic, f"run failed: {_short_error(err)}")
+                return self._record(case, impl, None, "skipped", traffic, f"out of memory: {_short_error(err)}",
+                                    build_s=build_s)
+            return self._record(case, impl, None, "failed", traffic, f"run failed: {_short_error(err)}",
+                                build_s=build_s)
         check_dict = vars(check)
-        if not check.passed:
-            return self._record(case, impl.name, impl.kind, "failed", traffic,
-                                f"wrong result: {check.message}", check=check_dict)
-        return fn, check_dict
+        if not check.passed and not impl.is_baseline:
+            return self._record(case, impl, None, "failed", traffic, f"wrong result: {check.message}",
+                                check=check_dict, build_s=build_s)
+        return fn, check_dict, build_s
 
     @staticmethod
     def _judge(suite: Suite, case: Case, inputs: dict, out, reference) -> Check:
@@ -184,45 +207,79 @@ class Runner:
 
     def _time_copy(self, case: Case, traffic: Traffic) -> Record:
         self.on_step(f"{case} time copy")
+        before = self._telemetry()
         try:
             ceiling = measure_copy_ceiling(self.timer, traffic.total // 2, self.settings.timing)
         except Exception as err:  # noqa: BLE001
             self._release()
             status = "skipped" if is_out_of_memory(err) else "failed"
             return self._record(case, COPY_IMPL, "ceiling", status, traffic, f"copy ceiling: {_short_error(err)}")
-        record = self._timed_record(case, COPY_IMPL, "ceiling", ceiling.measurement,
-                                    Traffic(ceiling.nbytes, ceiling.nbytes), None, None)
-        record.extra = {"method": ceiling.method, "gbps_by_method": ceiling.gbps_by_method}
-        self.writer.flush()
-        return record
+        fields = self._timed_fields(COPY_IMPL, ceiling.measurement, Traffic(ceiling.nbytes, ceiling.nbytes),
+                                    None, None, before)
+        fields["extra"] = {"method": ceiling.method, "gbps_by_method": ceiling.gbps_by_method}
+        return self._record(case, COPY_IMPL, "ceiling", "ok", Traffic(ceiling.nbytes, ceiling.nbytes), **fields)
 
     def _time_impl(self, case: Case, impl: Implementation, fn, inputs: dict, check: dict,
-                   traffic: Traffic, copy_gbps: float | None) -> Record:
+                   traffic: Traffic, copy_gbps: float | None, build_s: float | None = None,
+                   extra: dict | None = None) -> Record:
+        before = self._telemetry()
         try:
             m = self.timer.measure(lambda: fn(**inputs), self.settings.timing)
         except Exception as err:  # noqa: BLE001
             self._release()
             status = "skipped" if is_out_of_memory(err) else "failed"
-            return self._record(case, impl.name, impl.kind, status, traffic, f"timing failed: {_short_error(err)}",
-                                check=check)
-        return self._timed_record(case, impl.name, impl.kind, m, traffic, copy_gbps, check)
+            return self._record(case, impl, None, status, traffic, f"timing failed: {_short_error(err)}",
+                                check=check, build_s=build_s)
+        fields = self._timed_fields(impl.name, m, traffic, copy_gbps, check, before)
+        fields["build_s"] = build_s
+        if check and not check.get("passed", True):
+            fields["inexact"] = True
+            largest = _largest_error(check)
+            fields["reason"] = "; ".join(x for x in (f"inexact baseline ({largest})", check.get("message"),
+                                                     fields["reason"]) if x)
+        if extra:
+            fields["extra"] = dict(extra)
+        if self.after_timing is not None:
+            added = self.after_timing(case, impl, {**fields, "bytes_total": traffic.total,
+                                                   "input_seed": self._input_seed})
+            if added:
+                fields["extra"] = {**(fields.get("extra") or {}), **added}
+        return self._record(case, impl, None, "ok", traffic, **fields)
 
-    def _timed_record(self, case, name, kind, m, traffic: Traffic, copy_gbps, check) -> Record:
+    def _timed_fields(self, name, m, traffic: Traffic, copy_gbps, check, before: dict) -> dict[str, Any]:
         gbps = traffic.total / (m.stats.median_us * 1e-6) / 1e9
         pct_peak = 100.0 * gbps / self.peak_gbps if self.peak_gbps else None
-        warnings = [disturbance(m.stats)]
+        disturbed = disturbance(m.stats)
+        warnings = [disturbed]
         if pct_peak is not None and pct_peak > 100.0:
             warnings.append("above the theoretical peak: a byte-model or timing bug, do not trust this number")
-        reason = "; ".join(w for w in warnings if w) or None
-        return self._record(
-            case, name, kind, "ok", traffic, reason, timing=m.mode, stats=m.stats.to_dict(),
+        return dict(
+            reason="; ".join(w for w in warnings if w) or None, timing=m.mode, stats=m.stats.to_dict(),
             samples_us=[round(s, 4) for s in m.samples_us], gbps=gbps,
             copy_gbps=copy_gbps if name != COPY_IMPL else gbps,
             pct_copy=100.0 * gbps / copy_gbps if copy_gbps else (100.0 if name == COPY_IMPL else None),
-            pct_peak=pct_peak, check=check)
+            pct_peak=pct_peak, check=check, disturbed=disturbed is not None,
+            telemetry=summarize_window(before, self.telemetry.sample()) if self.telemetry else None)
+
+    def _telemetry(self) -> dict:
+        return self.telemetry.sample() if self.telemetry else {}
+
+    def _sync(self) -> None:
+        import torch
+
+        if getattr(torch.device(self.device), "type", "cuda") == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _release(self) -> None:
         import torch
 
         gc.collect()
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+def _largest_error(check: dict) -> str:
+    """The largest error of a check, as the inexact reason states it."""
+    parts = [f"{label} {check[key]:.3g}" for key, label in (("max_abs_err", "max abs err"),
+                                                          ("max_rel_err", "max rel err")) if check.get(key) is not None]
+    return ", ".join(parts) or "outside tolerance"

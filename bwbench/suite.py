@@ -11,9 +11,29 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-IMPLEMENTATION_KINDS = ("cuda", "naive", "cudnn", "torch", "compiled")
-"""What each kind is: this project's optimized kernels, the multi-kernel or per-element version the
-articles start from, the cuDNN call, eager PyTorch, and torch.compile (Triton)."""
+IMPLEMENTATION_KINDS = ("cuda", "triton", "naive", "cudnn", "torch", "compiled", "liger", "quack")
+"""The kinds bwbench knows, in the order reports show them: this project's optimized kernels, a
+Triton kernel, the multi-kernel or per-element version the articles start from, the cuDNN call,
+eager PyTorch, torch.compile (Triton), and the peer libraries Liger-Kernel and QuACK. Any other
+string is a kind too (a user's own library); those sort after the known ones."""
+
+BASELINE_KINDS = frozenset({"naive", "cudnn", "torch", "compiled", "liger", "quack"})
+"""Kinds that are baselines unless an implementation says otherwise: what the code under test is
+measured against. A baseline outside tolerance is still timed and recorded as inexact; an
+implementation under test (cuda, triton, any user kind) outside tolerance fails the run."""
+
+ROLES = ("test", "baseline")
+
+
+def kind_order(kinds: Iterable[str]) -> list[str]:
+    """Kinds in report order: the known kinds in IMPLEMENTATION_KINDS order, then others by name."""
+    known = {k: i for i, k in enumerate(IMPLEMENTATION_KINDS)}
+    return sorted(dict.fromkeys(kinds), key=lambda k: (known.get(k, len(known)), k))
+
+
+def default_role(kind: str) -> str:
+    """The role an implementation of this kind plays when its suite does not say."""
+    return "baseline" if kind in BASELINE_KINDS else "test"
 
 COPY_IMPL = "copy"
 """The same-size device-to-device copy each case is measured against (kind "ceiling")."""
@@ -116,6 +136,12 @@ class Implementation:
     unsupported: Callable[[Case], str | None] | None = None
     traffic: Callable[[Case], "Traffic"] | None = None
     mask_bytes: Callable[[Case], int] | None = None
+    role: str = "test"
+    """"test" (its wrong result fails the run) or "baseline" (timed and marked inexact instead)."""
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.role == "baseline"
 
     def skip_reason(self, case: Case) -> str | None:
         return self.unsupported(case) if self.unsupported else None
@@ -187,6 +213,8 @@ class Suite:
     compute_traffic: Callable[[Case], Traffic] | None = None
     check_case: Callable[[Case], str | None] | None = None
     output_check: Callable[[Case, dict[str, Any], Any], tuple[bool, str]] | None = None
+    source: str | None = field(default=None, compare=False)
+    """The file the suite was loaded from (set by discovery), so another process can load it again."""
 
     def __post_init__(self) -> None:
         if self.points is not None:
@@ -241,15 +269,19 @@ class Suite:
     def impl(self, name: str, kind: str, description: str = "",
              unsupported: Callable[[Case], str | None] | None = None,
              traffic: Callable[[Case], Traffic] | None = None,
-             mask_bytes: Callable[[Case], int] | None = None):
-        if kind not in IMPLEMENTATION_KINDS:
-            raise SuiteDefinitionError(f"implementation {name!r}: kind {kind!r} is not one of {IMPLEMENTATION_KINDS}")
+             mask_bytes: Callable[[Case], int] | None = None, baseline: bool | None = None):
+        """Register `build(case) -> callable` as an implementation. `kind` is any short name (the
+        known ones are IMPLEMENTATION_KINDS); `baseline` says whether it is a baseline rather than
+        code under test (default: by kind, see BASELINE_KINDS)."""
+        if not isinstance(kind, str) or not kind.strip() or kind == "ceiling":
+            raise SuiteDefinitionError(f"implementation {name!r}: kind must be a non-empty name, not {kind!r}")
+        role = default_role(kind) if baseline is None else ("baseline" if baseline else "test")
         if name == COPY_IMPL or name in self.implementations:
             raise SuiteDefinitionError(f"suite {self.name!r}: implementation name {name!r} is taken")
 
         def register(build: Callable[[Case], Callable[..., Any]]):
             text = description or (build.__doc__ or "").strip().split("\n")[0]
-            self.implementations[name] = Implementation(name, kind, build, text, unsupported, traffic, mask_bytes)
+            self.implementations[name] = Implementation(name, kind, build, text, unsupported, traffic, mask_bytes, role)
             return build
 
         return register
@@ -364,6 +396,6 @@ class Suite:
             "axes": {k: [format_value(v) for v in vals] for k, vals in self.axes.items()},
             "x_axis": self.x_axis,
             "dtypes": list(self.dtypes),
-            "implementations": {i.name: {"kind": i.kind, "description": i.description}
+            "implementations": {i.name: {"kind": i.kind, "role": i.role, "description": i.description}
                                 for i in self.implementations.values()},
         }

@@ -53,11 +53,10 @@ def test_bad_input_is_a_message_and_exit_code_2(args, message):
 
 
 def test_run_all_names_every_suite_once():
-    from bwbench.cli import _suite_names
-    from bwbench.discovery import discover
+    from bwbench.discovery import discover, resolve
 
-    assert _suite_names("all") == list(discover())
-    assert _suite_names("relu, softmax,relu") == ["relu", "softmax"]
+    assert [s.name for s in resolve("all")] == list(discover())
+    assert [s.name for s in resolve("relu, softmax,relu")] == ["relu", "softmax"]
 
 
 def test_run_without_a_gpu_says_so(monkeypatch):

@@ -3,7 +3,7 @@ import json
 import pytest
 
 import bwbench
-from bwbench.results import Record, ResultsWriter, RunDocument, read_document, write_csv
+from bwbench.results import SCHEMA, Record, ResultsWriter, RunDocument, read_document, write_csv
 
 
 def record(impl="torch", status="ok", median=100.0, cols=1024):
@@ -47,7 +47,7 @@ def test_round_trip_is_lossless(tmp_path):
     ResultsWriter(path, doc).finish()
     again = read_document(path)
     assert again.to_dict() == doc.to_dict()
-    assert json.loads(path.read_text())["schema"] == "bwbench.results/1"
+    assert json.loads(path.read_text())["schema"] == SCHEMA
 
 
 def test_load_gives_one_row_per_record_with_axes_and_stats(tmp_path):

@@ -1,0 +1,94 @@
+"""The public Python API behind `import bwbench`: measure a callable, run a suite, read results.
+
+The command line is a layer on these functions; a notebook, a pytest gate or a user's own script
+gets the same checks and the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .session import BenchResult, Session, SessionSettings, SuitePlan
+from .stats import SamplingPolicy
+
+_SESSIONS: dict[tuple, Session] = {}
+"""Sessions `bench` reuses per (device, sampling policy): the timer's flush buffer is made once."""
+
+
+def _policy(max_time: float, noise: float, min_samples: int) -> SamplingPolicy:
+    if max_time <= 0 or noise <= 0 or min_samples < 1:
+        raise ValueError("max_time and noise must be positive and min_samples at least 1")
+    return SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time)
+
+
+def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | None = None,
+          max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20) -> BenchResult:
+    """Time `fn()` exactly as `bwbench run` times an implementation and compare it with a copy.
+
+    `bytes` is the traffic one call must move (each input read once, each output written once).
+    mode="cold" flushes L2 before every sample (the default, DRAM bandwidth); "hot" replays
+    back-to-back calls from a CUDA graph. A device-to-device copy of the same bytes is measured
+    in the same call through the same timer, so `pct_copy` is the headline ratio `run` reports.
+    Returns a BenchResult: median_us, gbps, pct_copy, copy_gbps, samples_us and the statistics.
+    """
+    import torch
+
+    index = torch.cuda.current_device() if gpu is None and torch.cuda.is_available() else (gpu or 0)
+    policy = _policy(max_time, noise, min_samples)
+    key = (index, policy)
+    if key not in _SESSIONS:
+        _SESSIONS[key] = Session.open(index, SessionSettings(policy=policy), measure_copy=False, telemetry=False)
+    return _SESSIONS[key].bench(fn, nbytes=bytes, mode=mode)
+
+
+def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
+    """Keyword axis values: one value or a list of them; strings are read as the CLI reads them."""
+    values = {}
+    for name, given in axes.items():
+        items = list(given) if isinstance(given, (list, range)) else [given]
+        values[name] = [suite.parse_axis_values(name, [v])[0] if isinstance(v, str) else v for v in items]
+    return values
+
+
+def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterable[str] | str | None = None,
+         quick: bool = False, **axes: Any) -> list[SuitePlan]:
+    """The plans a run would measure, chosen and checked before any GPU work (SelectionError on
+    a name, dtype or axis the suite does not have)."""
+    from .discovery import resolve
+
+    impl_names = [s.strip() for s in impls.split(",")] if isinstance(impls, str) else (list(impls) if impls else None)
+    dtype_names = [s.strip() for s in dtypes.split(",")] if isinstance(dtypes, str) else (list(dtypes) if dtypes else None)
+    plans = []
+    for suite in resolve(suite_or_path):
+        plans.append(SuitePlan(suite, suite.select_impls(impl_names),
+                               suite.cases(dtype_names, _axis_values(suite, axes), quick=quick)))
+    return plans
+
+
+def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iterable[str] | str | None = None,
+        quick: bool = False, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold",
+        seed: int = 0, max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20, **axes: Any):
+    """Check and time a suite as `bwbench run` does; returns the records as a pandas DataFrame.
+
+    `suite_or_path` is a Suite, a suite name, a suite file or folder, or a comma-separated mix.
+    Axis values go as keywords (`cols=[1024, 4096]`, `rows=4096`). With `output` (a .json path)
+    the results file is written as the run goes, readable by `bwbench report` and `compare`.
+    """
+    from .results import to_frame
+
+    plans = plan(suite_or_path, impls, dtypes, quick, **axes)
+    settings = SessionSettings(timing=timing, seed=seed, policy=_policy(max_time, noise, min_samples))
+    session = Session.open(gpu, settings)
+    document = session.run(plans, output=Path(output) if output is not None else None,
+                           options={"api": True, "suite": str(suite_or_path), "quick": quick, "timing": timing,
+                                    "seed": seed})
+    return to_frame(document, source=str(output) if output is not None else None)
+
+
+def load(path: str | os.PathLike):
+    """A results file as a pandas DataFrame, one row per (suite, case, dtype, implementation)."""
+    from .results import load as _load
+
+    return _load(path)
