@@ -28,6 +28,8 @@ def cell(record: Record | None, show_mask: bool = False) -> str:
     text = _gb(record.gbps)
     if record.pct_copy is not None and record.impl != COPY_IMPL:
         text += f" [dim]({record.pct_copy:.0f}%)[/]"
+    if record.inexact:
+        text += " [magenta]inexact[/]"
     if record.telemetry and record.telemetry.get("throttled"):
         text += " [yellow]⚠[/]"
     if record.pct_peak is not None and record.pct_peak > 100:
@@ -66,7 +68,11 @@ def problems(records: Iterable[Record]) -> list[str]:
     lines = []
     for r in records:
         if r.status == "failed":
-            lines.append(f"[red]FAILED[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
+            role = " (baseline: does not fail the run)" if r.role == "baseline" else ""
+            lines.append(f"[red]FAILED[/] {r.suite} {r.case} {r.dtype} {r.impl}{role}: {r.reason}")
+        elif r.status == "ok" and r.inexact:
+            lines.append(f"[magenta]inexact[/] {r.suite} {r.case} {r.dtype} {r.impl} (baseline, timed at "
+                         f"{r.stats['median_us']:,.1f} µs): {r.reason}")
         elif r.status == "ok" and r.reason:
             lines.append(f"[yellow]warning[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
     return lines

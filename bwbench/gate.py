@@ -106,7 +106,7 @@ def disturbed_note(base: Record, cur: Record) -> str:
     measurement (another process on the GPU, clocks), so it is neither a regression nor a gain."""
     parts = []
     for name, r in (("baseline", base), ("current", cur)):
-        if DISTURBED_WARNING in (r.reason or ""):
+        if getattr(r, "disturbed", False) or DISTURBED_WARNING in (r.reason or ""):  # text: files before the flag
             s = r.stats or {}
             ratio = f" (median {s['median_us'] / s['p10_us']:.1f}x p10)" if s.get("p10_us") else ""
             parts.append(f"{name} run's samples disturbed{ratio}")
