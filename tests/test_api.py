@@ -1,0 +1,59 @@
+"""The public API on the CPU: bench's arithmetic against the copy timed through the same timer,
+run() returning a DataFrame and writing the results file it is given."""
+
+import pytest
+import torch
+
+import bwbench
+from bwbench.results import read_document
+from bwbench.session import Session
+
+from fakes import cpu_session
+
+
+def test_bench_reports_median_bandwidth_and_percent_of_a_copy_timed_the_same_way():
+    session = cpu_session(us=10.0)
+    x = torch.ones(1000)
+    result = session.bench(lambda: x * 2, nbytes=8000)
+    assert result.median_us == pytest.approx(10.0)
+    assert result.gbps == pytest.approx(8000 / 10e-6 / 1e9)
+    assert result.copy_gbps == pytest.approx(result.gbps)  # the fake times the copy at the same 10 µs
+    assert result.pct_copy == pytest.approx(100.0)
+    assert len(result.samples_us) == 5 and result.mode == "cold"
+    assert "GB/s" in str(result)
+    with pytest.raises(ValueError, match="mode"):
+        session.bench(lambda: None, nbytes=8000, mode="warm")
+    with pytest.raises(ValueError, match="bytes"):
+        session.bench(lambda: None, nbytes=0)
+
+
+def test_run_returns_a_frame_and_writes_the_file_it_is_given(tmp_path, monkeypatch):
+    monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
+    suite = bwbench.Suite("double", "y = 2x", axes={"n": [16, 33]}, dtypes=["float32"])
+    suite.inputs(lambda case, gen: {"x": torch.randn(case.n, generator=gen)})
+    suite.reference(lambda x: 2 * x.double())
+    suite.traffic(lambda case: bwbench.Traffic(4 * case.n, 4 * case.n))
+    suite.impl("mine", kind="triton")(lambda case: (lambda x: 2 * x))
+    suite.impl("eager", kind="torch")(lambda case: (lambda x: x + x))
+    out = tmp_path / "double.json"
+    frame = bwbench.run(suite, impls="mine,eager", n=[33], output=out)
+    assert sorted(frame["impl"]) == ["copy", "eager", "mine"]
+    assert set(frame["n"]) == {33}
+    assert set(frame.loc[frame.impl != "copy", "role"]) == {"test", "baseline"}
+    assert read_document(out).complete
+    frame = bwbench.run(suite, n="16")
+    assert set(frame["n"]) == {16} and len(frame) == 3
+    with pytest.raises(bwbench.suite.SelectionError):
+        bwbench.run(suite, impls="nope")
+
+
+@pytest.mark.gpu
+def test_bench_agrees_with_run_on_torch_softmax():
+    """Done-when of the public API: bench on torch.softmax at (49152, 4096) float16 within 2% of
+    what `run` records for the same implementation, in the same process."""
+    x = torch.randn(49152, 4096, device="cuda", dtype=torch.float16)
+    frame = bwbench.run("softmax", impls="torch", cols=4096, rows=49152)
+    row = frame[frame.impl == "torch"].iloc[0]
+    result = bwbench.bench(lambda: torch.softmax(x, dim=-1), bytes=2 * x.numel() * x.element_size())
+    assert abs(result.median_us / row["median_us"] - 1) < 0.02, (result.median_us, row["median_us"])
+    assert abs(result.pct_copy / row["pct_copy"] - 1) < 0.03
