@@ -30,6 +30,9 @@ PATH_VARIABLE = "BWBENCH_SUITES_PATH"
 """Folders of suite files, separated by ':' (os.pathsep), searched after bwbench's own."""
 
 
+NO_SUITE = "the file defines no `suite = Suite(...)`"
+
+
 @dataclass(frozen=True)
 class BrokenSuite:
     """A suite file that could not be imported; listed with its error instead of hiding it."""
@@ -97,7 +100,7 @@ def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
             return BrokenSuite(path.stem, path, f"{type(err).__name__}: {err}", _error_line(err, path))
     suite = getattr(module, "suite", None)
     if not isinstance(suite, Suite):
-        return BrokenSuite(path.stem, path, "the file defines no `suite = Suite(...)`")
+        return BrokenSuite(path.stem, path, NO_SUITE)
     suite.source = str(path)
     return suite
 
@@ -110,10 +113,20 @@ def _source_of(entry: Suite | BrokenSuite) -> str:
     return str(entry.path) if isinstance(entry, BrokenSuite) else (entry.source or f"<{entry.name}>")
 
 
+NOT_SUITE_FILES = ("_*", "test_*", "*_test.py", "conftest.py", "setup.py", "noxfile.py")
+"""Files a folder scan leaves alone: private helpers, pytest files, packaging scripts."""
+
+
+def is_suite_file(path: Path) -> bool:
+    return path.suffix == ".py" and not any(path.match(pattern) for pattern in NOT_SUITE_FILES)
+
+
 def load_folder(directory: str | os.PathLike) -> list[Suite | BrokenSuite]:
-    """Every suite file in a folder (not its subfolders), in name order."""
+    """Every suite file in a folder (not its subfolders), in name order. A file that imports but
+    defines no `suite` is a helper, left out; one that fails to import is kept as broken."""
     directory = Path(directory)
-    return [load_suite_file(p) for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")]
+    entries = [load_suite_file(p) for p in sorted(directory.glob("*.py")) if is_suite_file(p)]
+    return [e for e in entries if not (isinstance(e, BrokenSuite) and e.error == NO_SUITE)]
 
 
 def entry_point_suites() -> list[Suite | BrokenSuite]:
@@ -197,7 +210,7 @@ def from_path(text: str) -> list[Suite | BrokenSuite]:
     if path.is_dir():
         entries = load_folder(path)
         if not entries:
-            raise SelectionError(f"{text}: no suite files (*.py not starting with '_') in this folder")
+            raise SelectionError(f"{text}: no suite files in this folder (a *.py that defines `suite = Suite(...)`)")
         return entries
     if path.is_file():
         return [load_suite_file(path)]

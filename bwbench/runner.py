@@ -14,7 +14,7 @@ from typing import Any, Callable
 from .check import compare, poison_allocator
 from .results import Check, Record, ResultsWriter
 from .stats import disturbance
-from .suite import COPY_IMPL, Case, Implementation, Skip, Suite, Traffic
+from .suite import COPY_IMPL, FIRST_CALL_IN_BUILD_KINDS, Case, Implementation, Skip, Suite, Traffic
 from .telemetry import Telemetry, summarize_window
 from .timing import Timer, measure_copy_ceiling
 
@@ -145,10 +145,11 @@ class Runner:
         began = time.perf_counter()
         try:
             fn = impl.build(case)
-            # The first call compiles what is compiled lazily (torch.compile, Triton's JIT and
-            # autotuning): build time, recorded and kept out of both the check and the timing.
-            fn(**inputs)
-            self._sync()
+            if impl.kind in FIRST_CALL_IN_BUILD_KINDS:
+                # torch.compile and Triton compile and autotune on the first call: build time,
+                # recorded and kept out of both the check (a fresh call) and the timing.
+                fn(**inputs)
+                self._sync()
         except Skip as err:
             return self._record(case, impl, None, "skipped", traffic, str(err))
         except Exception as err:  # noqa: BLE001 - a broken build must not stop the other implementations

@@ -16,7 +16,7 @@ import typing
 from dataclasses import MISSING, fields
 from typing import Any
 
-from .results import SCHEMA, SCHEMA_VERSION, Check, Record, RunDocument
+from .results import SCHEMA_VERSION, Check, Record, RunDocument
 
 _RECORD_TYPES = (Record, Check, RunDocument)
 

@@ -24,6 +24,10 @@ implementation under test (cuda, triton, any user kind) outside tolerance fails 
 
 ROLES = ("test", "baseline")
 
+FIRST_CALL_IN_BUILD_KINDS = frozenset({"triton", "compiled"})
+"""Kinds that compile (and autotune) on their first call: that call belongs to the build, outside
+the check and the timing, and its time is part of the record's build_s."""
+
 
 def kind_order(kinds: Iterable[str]) -> list[str]:
     """Kinds in report order: the known kinds in IMPLEMENTATION_KINDS order, then others by name."""
@@ -285,6 +289,21 @@ class Suite:
             return build
 
         return register
+
+    def reuse(self, suite: str, impl: str, name: str | None = None, baseline: bool = True) -> Implementation:
+        """Add an implementation of another suite (bwbench's own, by suite name or file) to this
+        one, as a baseline unless told otherwise: a user's kernel measured next to bwbench's.
+        Its build reads the case's axes by the names that suite uses, so give them the same names."""
+        from dataclasses import replace
+
+        from .discovery import get_suite
+
+        source = get_suite(suite).select_impls([impl])[0]
+        name = name or source.name
+        if name == COPY_IMPL or name in self.implementations:
+            raise SuiteDefinitionError(f"suite {self.name!r}: implementation name {name!r} is taken")
+        self.implementations[name] = replace(source, name=name, role="baseline" if baseline else "test")
+        return self.implementations[name]
 
     # --- what the runner asks --------------------------------------------------------------
     def check_complete(self) -> None:

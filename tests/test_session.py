@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 
-from bwbench import Suite, Tolerance, Traffic
+from bwbench import Suite
 from bwbench.results import read_document
 from bwbench.session import SuitePlan, WorkItem, fails_run
 from bwbench.suite import default_role, kind_order
