@@ -135,7 +135,7 @@ def _default_stem(suite: str, gpu_name: str) -> str:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
     ctx: typer.Context,
-    suite: str = typer.Argument(..., help="Suite to run (see `bwbench list`); several as a comma-separated list, or `all`, go into one results file."),
+    suite: str = typer.Argument(..., help="Suite to run (see `bwbench list`), a suite file (./my_suite.py) or a folder of them; several as a comma-separated list (softmax,./mine.py), or `all`, go into one results file."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes, e.g. float16,bfloat16 (default: the suite's default)."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
@@ -144,7 +144,7 @@ def run(
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
     noise: float = typer.Option(0.002, "--noise", help="Stop sampling once the median's relative standard error is below this (after --min-samples)."),
     min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (each case gets seed + its number)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (each case's inputs are fixed by this seed and the case itself)."),
     out: Path = typer.Option(Path("reports"), "--out", "-o", help="Folder for the results JSON, CSV and HTML report."),
     name: Optional[str] = typer.Option(None, "--name", help="File name stem (default SUITE-GPU-TIMESTAMP)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
@@ -369,7 +369,7 @@ def report_cmd(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def profile(
     ctx: typer.Context,
-    suite: str = typer.Argument(..., help="Suite to profile (see `bwbench list`)."),
+    suite: str = typer.Argument(..., help="Suite to profile (see `bwbench list`), or a suite file."),
     impl: str = typer.Option(..., "--impl", "-i", help="Comma-separated implementations to profile."),
     case: List[str] = typer.Option([], "--case", "-c", help="Axis value NAME=VALUE (repeatable), e.g. --case cols=4096. Shorthand: --cols 4096. Unnamed axes take the suite's first value."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="dtype (default: the suite's default)."),
@@ -379,7 +379,7 @@ def profile(
 ):
     """Nsight Compute on one case: DRAM bytes really moved against the byte model, ncu time against bwbench's.
 
-    Runs the case through the usual check and cold timing, then profiles one call of each implementation under `ncu --clock-control none`, filtered to that call with an NVTX range, summing dram__bytes_read.sum, dram__bytes_write.sum and gpu__time_duration.sum over the kernels it launches. The figures go into a results file (record.extra["profile"]) that `bwbench report` reads.
+    Runs the case through the usual check and cold timing, then profiles one call of each implementation under `ncu --clock-control none` on the very inputs that were checked (regenerated from their seed), filtered to that call with an NVTX range, summing dram__bytes_read.sum, dram__bytes_write.sum and gpu__time_duration.sum over the kernels it launches. The figures go into a results file (record.extra["profile"]) that `bwbench report` reads.
     """
 
     def measure() -> int:

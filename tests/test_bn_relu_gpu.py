@@ -308,7 +308,8 @@ def test_suite_passes_the_harness_check(tmp_path):
     records = [r for case in cases for r in runner.run_case(suite, case, list(suite.implementations.values()))]
     failed = [(r.case, r.dtype, r.impl, r.reason) for r in records if r.status == "failed"]
     # torch's float16 backward reduces less precisely than our float32 bound at the odd shape (see
-    # the suite docstring); it is reported as failed with its figures. Nothing else may fail.
+    # the suite docstring); torch is a baseline, so it is timed and marked inexact, not failed.
+    print("torch inexact:", [(r.case, r.dtype, r.reason) for r in records if r.inexact])
     tolerated = [f for f in failed if f[2] == "torch" and f[1] == "float16" and "direction=backward" in f[0]]
     print("torch float16 backward outside the bound:", tolerated)
     assert [f for f in failed if f not in tolerated] == []

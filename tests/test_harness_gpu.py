@@ -77,8 +77,12 @@ def _demo_suite():
     def right(case):
         return lambda x: x * 2
 
-    @suite.impl("wrong", kind="naive")
+    @suite.impl("wrong", kind="cuda")
     def wrong(case):
+        return lambda x: x * 2.01
+
+    @suite.impl("wrong_baseline", kind="naive")
+    def wrong_baseline(case):
         return lambda x: x * 2.01
 
     @suite.impl("half_written", kind="cuda")
@@ -120,6 +124,9 @@ def test_wrong_and_unwritten_outputs_fail_and_are_never_timed(tmp_path, device, 
             assert rec.status == "failed", (bad, rec)
             assert rec.stats is None and rec.gbps is None
         assert "compiler says no" in by[(case, "broken_build")].reason
+        inexact = by[(case, "wrong_baseline")]  # a baseline outside tolerance: timed, marked, not failed
+        assert inexact.status == "ok" and inexact.inexact and inexact.gbps > 0 and inexact.role == "baseline"
+        assert inexact.check["max_rel_err"] == pytest.approx(0.005, rel=0.01)
         assert "nan" in by[(case, "half_written")].reason.lower()
     assert all(r.pct_peak is None or r.pct_peak <= 100 for r in doc.records)
 
