@@ -77,6 +77,8 @@ class BenchResult:
     samples_us: list[float]
     stats: Stats
     pct_peak: float | None = None
+    disturbed: bool = False
+    """The samples were disturbed (see stats.disturbance): re-measure before trusting or gating."""
 
     def __str__(self) -> str:
         copy = f", {self.pct_copy:.1f}% of copy ({self.copy_gbps:,.0f} GB/s)" if self.pct_copy is not None else ""
@@ -184,6 +186,7 @@ class Session:
     def bench(self, fn: Callable[[], Any], *, nbytes: int, mode: str | None = None) -> BenchResult:
         """Time `fn()` as the case loop times an implementation (same timer, policy and mode), and a
         copy moving the same bytes right before it, as the case loop does."""
+        from .stats import disturbance
         from .timing import TIMING_MODES, measure_copy_ceiling
 
         mode = mode or self.settings.timing
@@ -197,4 +200,5 @@ class Session:
         return BenchResult(median_us=m.stats.median_us, gbps=gbps, pct_copy=100.0 * gbps / ceiling.gbps,
                            copy_gbps=ceiling.gbps, bytes=int(nbytes), mode=m.mode,
                            samples_us=list(m.samples_us), stats=m.stats,
-                           pct_peak=100.0 * gbps / self.peak_gbps if self.peak_gbps else None)
+                           pct_peak=100.0 * gbps / self.peak_gbps if self.peak_gbps else None,
+                           disturbed=disturbance(m.stats) is not None)
