@@ -155,7 +155,7 @@ def test_profile_child_regenerates_exactly_the_checked_inputs(suite_file):
     from bwbench.profile import prepare_target, target_spec
 
     suite = get_suite(str(suite_file))
-    seen = [m for m in sys.modules.values() if getattr(m, "__file__", None) == str(suite_file.resolve())][0].SEEN
+    seen = sys.modules[suite.make_inputs.__module__].SEEN
     seen.clear()
     specs = []
 
