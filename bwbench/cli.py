@@ -265,8 +265,9 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options) 
         console.print(table)
     for line in problems(document.records):
         console.print(line, soft_wrap=True)
-    console.print(f"device copy bandwidth {info['copy_gbps']:,.0f} GB/s"
-                  + (f", theoretical peak {info['peak_gbps']:,.0f} GB/s" if info.get("peak_gbps") else ""))
+    if info.get("copy_gbps"):
+        console.print(f"device copy bandwidth {info['copy_gbps']:,.0f} GB/s"
+                      + (f", theoretical peak {info['peak_gbps']:,.0f} GB/s" if info.get("peak_gbps") else ""))
     if want_report and document.records:
         try:  # the results are written; a missing plotly costs only the page
             write_html_report([(session.gpu_name, document)], paths["html"])

@@ -171,3 +171,23 @@ def test_profile_child_regenerates_exactly_the_checked_inputs(suite_file):
         fn, inputs = prepare_target(spec, "cpu")
         assert torch.equal(inputs["x"], checked[spec["params"]["n"]])
         assert torch.equal(fn(**inputs), 2 * inputs["x"])
+
+
+def test_cli_run_exit_code_follows_the_code_under_test(suite_file, tmp_path, monkeypatch):
+    """`bwbench run FILE` on the CPU session: an inexact baseline is shown and timed but the run
+    exits 0; a wrong implementation under test makes it exit 1."""
+    from typer.testing import CliRunner
+
+    from bwbench.cli import app
+    from bwbench.session import Session
+
+    monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["run", str(suite_file), "--no-report", "-o", str(tmp_path), "--name"]
+    ok = CliRunner().invoke(app, [*args, "ok", "--impl", "mine,sloppy"])
+    assert ok.exit_code == 0, ok.output
+    assert "inexact" in ok.output and "sloppy" in ok.output
+    assert read_document(tmp_path / "ok.json").complete
+    bad = CliRunner().invoke(app, [*args, "bad"])
+    assert bad.exit_code == 1, bad.output
+    assert "FAILED" in bad.output and "buggy" in bad.output
