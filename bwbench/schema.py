@@ -83,6 +83,7 @@ def json_schema() -> dict[str, Any]:
     document["properties"]["schema"] = {"description": "bwbench.results/VERSION", "type": "string",
                                         "pattern": r"^bwbench\.results/[0-9]+$"}
     document["properties"]["records"] = {"type": "array", "items": {"$ref": "#/$defs/Record"}}
+    document["properties"]["environment"] = _environment_schema()
     record = _object_schema(Record)
     record["properties"]["check"] = {"description": record["properties"]["check"].get("description", ""),
                                      "anyOf": [{"$ref": "#/$defs/Check"}, {"type": "null"}]}
@@ -94,6 +95,15 @@ def json_schema() -> dict[str, Any]:
         **document,
         "$defs": {"Record": record, "Check": _object_schema(Check)},
     }
+
+
+def _environment_schema() -> dict[str, Any]:
+    """The machine facts a run records (device.DeviceInfo); none required, others allowed."""
+    from .device import DeviceInfo
+
+    schema = _object_schema(DeviceInfo)
+    schema["required"] = []
+    return schema
 
 
 def fields_digest() -> str:
