@@ -3,7 +3,6 @@
 import copy
 import json
 import random
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,9 +12,7 @@ from bwbench.gate import (GateInputError, compare_runs, copy_fraction_violations
                           mann_whitney_p, markdown, parse_fraction)
 from bwbench.results import Record, ResultsWriter, RunDocument, read_document
 from bwbench.stats import disturbance, summarize
-
-DATA = Path(__file__).parent / "data"
-RUN_A, RUN_B = DATA / "h200-softmax-run1.json", DATA / "h200-softmax-run2.json"
+from synthetic_runs import softmax_run
 
 
 def timed(impl, samples, case="rows=4096,cols=1024", status="ok", pct_copy=95.0):
@@ -158,7 +155,17 @@ def test_a_disturbed_baseline_is_ambiguous_too_and_same_keeps_its_note():
     assert judge(disturbed("torch", SLOWED_30), failed, 0.05).verdict == "failed"
 
 
-# --- on real recorded results: two consecutive default softmax runs on an H200 -----------------
+# --- on two runs of the same code: the default softmax sweep, differing by run-to-run noise only ---
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The two runs as results files, written the way `bwbench run` writes them."""
+    folder = tmp_path_factory.mktemp("runs")
+    paths = folder / "softmax-run1.json", folder / "softmax-run2.json"
+    for run, path in enumerate(paths, 1):
+        ResultsWriter(path, softmax_run(run)).finish()
+    return paths
+
 
 def inject_drop(document: RunDocument, impl: str, case: str, drop: float, baseline: RunDocument) -> RunDocument:
     """The rerun with one record slowed so that its median bandwidth is `drop` below the baseline's."""
@@ -174,57 +181,62 @@ def inject_drop(document: RunDocument, impl: str, case: str, drop: float, baseli
     raise AssertionError(f"no record {impl} {case}")
 
 
-def test_a_real_rerun_within_its_noise_is_not_flagged():
-    comparisons = compare_runs(read_document(RUN_A), read_document(RUN_B), 0.05)
+def test_a_rerun_within_its_noise_is_not_flagged(runs):
+    first, second = runs
+    comparisons = compare_runs(read_document(first), read_document(second), 0.05)
     assert len(comparisons) >= 40
+    assert max(abs(c.change) for c in comparisons) > 0.01  # the runs really differ, by their noise
     assert not has_regression(comparisons), [c for c in comparisons if c.verdict in ("slower", "failed")]
 
 
 @pytest.mark.parametrize("impl,case", [("torch", "rows=49152,cols=4096"), ("naive", "rows=49152,cols=32768"),
                                        ("cudnn", "rows=49152,cols=256")])
-def test_a_5_percent_drop_injected_into_one_real_record_is_flagged(impl, case):
-    baseline = read_document(RUN_A)
-    comparisons = compare_runs(baseline, inject_drop(read_document(RUN_B), impl, case, 0.05, baseline), 0.05)
+def test_a_5_percent_drop_injected_into_one_record_is_flagged(runs, impl, case):
+    first, second = runs
+    baseline = read_document(first)
+    comparisons = compare_runs(baseline, inject_drop(read_document(second), impl, case, 0.05, baseline), 0.05)
     slower = [(c.impl, c.case) for c in comparisons if c.verdict == "slower"]
     assert slower == [(impl, case)]
 
 
-def test_compare_command_exit_codes_and_outputs(tmp_path):
+def test_compare_command_exit_codes_and_outputs(runs, tmp_path):
+    first, second = runs
     runner = CliRunner()
-    same = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--markdown", str(tmp_path / "s.md"),
+    same = runner.invoke(app, ["compare", str(first), str(second), "--markdown", str(tmp_path / "s.md"),
                                "--json", str(tmp_path / "s.json")])
     assert same.exit_code == 0, same.output
     assert "no regression" in (tmp_path / "s.md").read_text()
     assert json.loads((tmp_path / "s.json").read_text())["regression"] is False
 
-    slowed = inject_drop(read_document(RUN_B), "torch", "rows=49152,cols=4096", 0.05, read_document(RUN_A))
+    slowed = inject_drop(read_document(second), "torch", "rows=49152,cols=4096", 0.05, read_document(first))
     ResultsWriter(tmp_path / "slow.json", slowed).finish()
-    worse = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--markdown", "-"])
+    worse = runner.invoke(app, ["compare", str(first), str(tmp_path / "slow.json"), "--markdown", "-"])
     assert worse.exit_code == 1
     assert "| slower | softmax | rows=49152,cols=4096 | float16 | torch |" in worse.output
     # Judging only some implementations: a drop in the torch baseline does not fail the gate.
-    ours = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--impl", "naive,compiled"])
+    ours = runner.invoke(app, ["compare", str(first), str(tmp_path / "slow.json"), "--impl", "naive,compiled"])
     assert ours.exit_code == 0, ours.output
-    unknown = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--impl", "fastest"])
+    unknown = runner.invoke(app, ["compare", str(first), str(second), "--impl", "fastest"])
     assert unknown.exit_code == 2 and "not in these runs" in unknown.output
 
-    other_gpu = read_document(RUN_B)
+    other_gpu = read_document(second)
     other_gpu.environment["gpu_name"] = "NVIDIA H100 80GB HBM3"
     ResultsWriter(tmp_path / "h100.json", other_gpu).finish()
-    refused = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "h100.json")])
+    refused = runner.invoke(app, ["compare", str(first), str(tmp_path / "h100.json")])
     assert refused.exit_code == 2 and "--ignore-gpu" in refused.output
-    assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "nope.json")]).exit_code == 2
-    assert runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--max-drop", "lots"]).exit_code == 2
+    assert runner.invoke(app, ["compare", str(first), str(tmp_path / "nope.json")]).exit_code == 2
+    assert runner.invoke(app, ["compare", str(first), str(second), "--max-drop", "lots"]).exit_code == 2
 
 
-def test_min_bytes_leaves_small_records_out_of_the_gate(tmp_path):
+def test_min_bytes_leaves_small_records_out_of_the_gate(runs, tmp_path):
     """A drop at cols 32 (6.4 MB moved) fails the gate; with --min-bytes 64MB it is not judged,
     while a drop at cols 4096 (805 MB) still is."""
-    baseline = read_document(RUN_A)
+    first, second = runs
+    baseline = read_document(first)
     sizes = {r.case: r.bytes_total for r in baseline.records}
     small, large = "rows=49152,cols=32", "rows=49152,cols=4096"
     assert sizes[small] < 64e6 <= sizes[large]
-    slowed_small = inject_drop(read_document(RUN_B), "torch", small, 0.10, baseline)
+    slowed_small = inject_drop(read_document(second), "torch", small, 0.10, baseline)
     every = compare_runs(baseline, slowed_small, 0.05)
     kept = compare_runs(baseline, slowed_small, 0.05, min_bytes=64_000_000)
     assert has_regression(every) and not has_regression(kept)
@@ -232,15 +244,15 @@ def test_min_bytes_leaves_small_records_out_of_the_gate(tmp_path):
 
     runner = CliRunner()
     ResultsWriter(tmp_path / "small.json", slowed_small).finish()
-    assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "small.json")]).exit_code == 1
-    gated = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "small.json"), "--min-bytes", "64MB"])
+    assert runner.invoke(app, ["compare", str(first), str(tmp_path / "small.json")]).exit_code == 1
+    gated = runner.invoke(app, ["compare", str(first), str(tmp_path / "small.json"), "--min-bytes", "64MB"])
     assert gated.exit_code == 0, gated.output
-    slowed_large = inject_drop(read_document(RUN_B), "torch", large, 0.10, baseline)
+    slowed_large = inject_drop(read_document(second), "torch", large, 0.10, baseline)
     ResultsWriter(tmp_path / "large.json", slowed_large).finish()
-    assert runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "large.json"), "--min-bytes", "64MB"]).exit_code == 1
-    bad = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--min-bytes", "lots"])
+    assert runner.invoke(app, ["compare", str(first), str(tmp_path / "large.json"), "--min-bytes", "64MB"]).exit_code == 1
+    bad = runner.invoke(app, ["compare", str(first), str(second), "--min-bytes", "lots"])
     assert bad.exit_code == 2 and "cannot read" in bad.output
-    none = runner.invoke(app, ["compare", str(RUN_A), str(RUN_B), "--min-bytes", "1TB"])
+    none = runner.invoke(app, ["compare", str(first), str(second), "--min-bytes", "1TB"])
     assert none.exit_code == 2 and "no record" in none.output
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from bwbench import report
 from bwbench.results import Record, RunDocument, read_document
+from synthetic_runs import softmax_run
 
 ROWS = 49152
 COLS = (32, 1024, 32768)
@@ -250,9 +251,8 @@ def test_comparing_gpus_adds_peak_normalised_chart_and_ratio_table():
     import copy
 
     from bwbench.report import render_html
-    from bwbench.results import read_document
 
-    h200 = read_document(Path(__file__).parent / "data" / "h200-softmax-run1.json")
+    h200 = softmax_run(1)
     h100 = copy.deepcopy(h200)
     h100.environment["gpu_name"] = "NVIDIA H100 80GB HBM3"
     for r in h100.records:
@@ -268,9 +268,8 @@ def test_comparing_gpus_adds_peak_normalised_chart_and_ratio_table():
 
 def test_profile_figures_show_in_the_report():
     from bwbench.report import render_html
-    from bwbench.results import read_document
 
-    doc = read_document(Path(__file__).parent / "data" / "h200-softmax-run1.json")
+    doc = softmax_run(1)
     naive = next(r for r in doc.records if r.impl == "naive" and r.status == "ok")
     naive.extra = {"profile": {"kernel_count": 5, "model_bytes": 805e6, "dram_bytes": 5168e6, "bytes_ratio": 6.42,
                                "bwbench_median_us": 2170.6, "ncu_time_us": 2154.0, "time_ratio": 0.99}}
