@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-IMPLEMENTATION_KINDS = ("cuda", "naive", "cudnn", "torch", "compiled")
+IMPLEMENTATION_KINDS = ("cuda", "naive", "cudnn", "torch", "compiled", "liger", "quack")
 """What each kind is: this project's optimized kernels, the multi-kernel or per-element version the
 articles start from, the cuDNN call, eager PyTorch, and torch.compile (Triton)."""
 
