@@ -105,3 +105,19 @@ def compiled(case):
     eps = case.eps
     fn = compile_per_case(lambda x, gamma, beta: _torch_layer_norm(x, gamma, beta, eps))
     return lambda x, gamma, beta, eps: fn(x, gamma, beta)
+
+
+@suite.impl("liger", kind="liger")
+def liger(case):
+    """Liger-Kernel's Triton LayerNorm forward: one program per row, float32 mean and rstd."""
+    from bwbench.peers import liger  # raises Skip with the reason where Liger-Kernel cannot run
+
+    return liger.layer_norm(case)
+
+
+@suite.impl("quack", kind="quack")
+def quack(case):
+    """QuACK's CuTe DSL LayerNorm forward (sm90+): its RMSNorm kernel with is_layernorm, mean and rstd stored."""
+    from bwbench.peers import quack  # raises Skip with the reason where QuACK cannot run
+
+    return quack.layer_norm(case)

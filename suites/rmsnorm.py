@@ -101,3 +101,19 @@ def compiled(case):
     eps = case.eps
     fn = compile_per_case(lambda x, gamma: _torch_rms_norm(x, gamma, eps))
     return lambda x, gamma, eps: fn(x, gamma)
+
+
+@suite.impl("liger", kind="liger")
+def liger(case):
+    """Liger-Kernel's Triton RMSNorm forward, casting mode "gemma" (float32 math, y rounded once), offset 0."""
+    from bwbench.peers import liger  # raises Skip with the reason where Liger-Kernel cannot run
+
+    return liger.rms_norm(case)
+
+
+@suite.impl("quack", kind="quack")
+def quack(case):
+    """QuACK's CuTe DSL RMSNorm forward (sm90+), weight offset 0, rstd stored."""
+    from bwbench.peers import quack  # raises Skip with the reason where QuACK cannot run
+
+    return quack.rms_norm(case)

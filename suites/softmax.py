@@ -83,3 +83,19 @@ def online(case):
 
     plan_launch("online_softmax", case.rows, case.cols, case.torch_dtype)
     return online_softmax
+
+
+@suite.impl("liger", kind="liger")
+def liger(case):
+    """Liger-Kernel's Triton softmax forward: one program per row over a power-of-two block."""
+    from bwbench.peers import liger  # raises Skip with the reason where Liger-Kernel cannot run
+
+    return liger.softmax(case)
+
+
+@suite.impl("quack", kind="quack")
+def quack(case):
+    """QuACK's CuTe DSL softmax forward (sm90+): online max and sum, clusters of blocks for long rows."""
+    from bwbench.peers import quack  # raises Skip with the reason where QuACK cannot run
+
+    return quack.softmax(case)

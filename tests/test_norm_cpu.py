@@ -50,8 +50,9 @@ def test_sweep_quick_and_eps_option(name):
     assert {c.rows for c in cases} == {49152} and {c.dtype for c in cases} == {"float16"}
     assert [c.cols for c in suite.cases(quick=True)] == [32, 1024, 32768]
     assert {c.eps for c in suite.cases(axis_values={"eps": suite.parse_axis_values("eps", ["1e-6"])})} == {1e-6}
-    assert set(suite.implementations) == {"optimized", "naive", "cudnn", "torch", "compiled"}
-    assert {i.kind for i in suite.implementations.values()} == {"cuda", "naive", "cudnn", "torch", "compiled"}
+    assert set(suite.implementations) == {"optimized", "naive", "cudnn", "torch", "compiled", "liger", "quack"}
+    assert {i.kind for i in suite.implementations.values()} == {"cuda", "naive", "cudnn", "torch", "compiled",
+                                                                 "liger", "quack"}
     assert set(suite.dtypes) == {"float16", "bfloat16", "float32"}
 
 
