@@ -111,6 +111,7 @@ def _guard(fn):
     from .gate import GateInputError
     from .profile import ProfilerUnavailable
     from .suite import SelectionError, SuiteDefinitionError
+    from .timing import TimerUnavailable
 
     try:
         return fn()
@@ -123,6 +124,8 @@ def _guard(fn):
     except GateInputError as err:
         fail(str(err))
     except ProfilerUnavailable as err:
+        fail(str(err))
+    except TimerUnavailable as err:
         fail(str(err))
 
 
@@ -141,6 +144,7 @@ def run(
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
     quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
     timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
+    timer: str = typer.Option("auto", "--timer", help="Clock of cold samples: cupti (kernel and copy times from CUPTI; needs the cupti extra, cupti-python 13.0.x), events (CUDA events around each call, which add about 2 µs), auto (cupti where it works, else events; default)."),
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
     noise: float = typer.Option(0.002, "--noise", help="Stop sampling once the median's relative standard error is below this (after --min-samples)."),
     min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
@@ -161,13 +165,14 @@ def run(
     """
     from .runner import RunSettings
     from .stats import SamplingPolicy
-    from .timing import TIMING_MODES
+    from .timing import TIMING_MODES, check_timer_kind
 
     def prepare():
         from .discovery import get_suite
 
         if timing not in TIMING_MODES:
             raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
+        check_timer_kind(timer)
         if max_time <= 0 or noise <= 0 or min_samples < 1:
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
         plans = []
@@ -183,11 +188,11 @@ def run(
     plans, copy_bytes, gates = _guard(prepare)
     code = _guard(lambda: _run_measured(
         plans, copy_bytes,
-        RunSettings(timing=timing, seed=seed),
+        RunSettings(timing=timing, seed=seed, timer=timer),
         SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time),
         out, name, report, gpu, gates,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
-                 "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
+                 "quick": quick, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
     raise typer.Exit(code)
 
@@ -274,14 +279,17 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
     from .results import ResultsWriter, RunDocument, write_csv
     from .runner import Runner
     from .telemetry import Telemetry
-    from .timing import Timer
+    from .timing import make_timer
 
     device = require_cuda(gpu)
     info = query_device(device)
     for plan in plans:
         console.print(f"[bold]{plan.suite.name}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
                       f"+ copy ceiling on {info.gpu_name}")
-    timer = Timer(device, info.l2_bytes, info.sm_clock_max_mhz, policy)
+    timer = make_timer(settings.timer, device, info.l2_bytes, info.sm_clock_max_mhz, policy)
+    options["timer_choice"] = timer.choice.to_dict()
+    console.print(f"timer: {timer.kind}" + ("" if timer.choice.reason == "asked for" else f" ({timer.choice.reason})"),
+                  soft_wrap=True)
     with console.status("measuring the device copy bandwidth…"):
         import torch
 

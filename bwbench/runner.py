@@ -18,10 +18,12 @@ from .timing import Timer, measure_copy_ceiling
 
 @dataclass
 class RunSettings:
-    """How to measure: timing mode and the seed of the random inputs."""
+    """How to measure: timing mode, the clock of cold samples (events, cupti, auto) and the seed of
+    the random inputs."""
 
     timing: str = "cold"
     seed: int = 0
+    timer: str = "events"
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -219,7 +221,7 @@ class Runner:
             samples_us=[round(s, 4) for s in m.samples_us], gbps=gbps,
             copy_gbps=copy_gbps if name != COPY_IMPL else gbps,
             pct_copy=100.0 * gbps / copy_gbps if copy_gbps else (100.0 if name == COPY_IMPL else None),
-            pct_peak=pct_peak, check=check)
+            pct_peak=pct_peak, check=check, timer=m.timer, host_us=m.host_us, timer_detail=m.detail)
 
     def _release(self) -> None:
         import torch
