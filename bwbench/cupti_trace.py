@@ -6,7 +6,9 @@ the start and end of every kernel, memcpy and memset on the device itself. To kn
 belong to which sample, each timed call runs inside its own external correlation id: CUPTI tags
 every CUDA API call made inside the bracket with that id, and every kernel or copy carries the
 correlation id of the API call that launched it. The L2 flush and the device sleep before a sample
-are launched outside any bracket, so they never count.
+are launched outside any bracket, so they never count. Where a CUPTI build gives no external
+correlation records, the API calls that started inside the sample's host time window (CUPTI's own
+clock, read at both ends of the bracket) tie the kernels to it instead.
 
 cupti-python is an optional extra (`pip install 'bwbench[cupti]'`); everything here that does not
 talk to it is pure Python, so the attribution is tested without a GPU.
@@ -14,6 +16,7 @@ talk to it is pure Python, so the attribution is tested without a GPU.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import statistics
 import threading
@@ -71,6 +74,26 @@ class SampleTime:
     sum_us: float
     activities: int | None = None
     names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """A CUDA runtime or driver call on the host (CUPTI timestamps, nanoseconds)."""
+
+    start_ns: int
+    correlation_id: int
+
+
+def correlations_in_windows(calls: Iterable[ApiCall], windows: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Sample id by correlation id, for API calls that started inside a sample's host time window."""
+    ordered = sorted(windows.items(), key=lambda item: item[1][0])
+    starts = [w[0] for _, w in ordered]
+    found: dict[int, int] = {}
+    for call in calls:
+        i = bisect.bisect_right(starts, call.start_ns) - 1
+        if i >= 0 and call.start_ns <= ordered[i][1][1]:
+            found[call.correlation_id] = ordered[i][0]
+    return found
 
 
 def attribute(activities: Iterable[GpuActivity], external_ids: dict[int, int]) -> dict[int, list[GpuActivity]]:
@@ -144,11 +167,12 @@ class _Sink:
         self.lock = threading.Lock()
         self.activities: list[GpuActivity] = []
         self.external_ids: dict[int, int] = {}
+        self.api_calls: list[ApiCall] = []
 
-    def take(self) -> tuple[list[GpuActivity], dict[int, int]]:
+    def take(self) -> tuple[list[GpuActivity], dict[int, int], list[ApiCall]]:
         with self.lock:
-            taken = self.activities, self.external_ids
-            self.activities, self.external_ids = [], {}
+            taken = self.activities, self.external_ids, self.api_calls
+            self.activities, self.external_ids, self.api_calls = [], {}, []
         return taken
 
 
@@ -164,13 +188,14 @@ def _sink_for(cupti) -> _Sink:
         kernel_kinds = {int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)}
         copy_kinds = {int(kinds.MEMCPY): "memcpy", int(kinds.MEMSET): "memset"}
         external_kind = int(kinds.EXTERNAL_CORRELATION)
+        api_kinds = {int(kinds.RUNTIME), int(kinds.DRIVER)}
         ours = int(cupti.ExternalCorrelationKind.CUSTOM0)
 
         def buffer_requested():
             return BUFFER_BYTES, 0
 
         def buffer_completed(activities):
-            got, ext = [], {}
+            got, ext, calls = [], {}, []
             for act in activities:
                 kind = int(act.kind)
                 if kind in kernel_kinds:
@@ -178,11 +203,14 @@ def _sink_for(cupti) -> _Sink:
                                            str(act.name)))
                 elif kind in copy_kinds:
                     got.append(GpuActivity(copy_kinds[kind], int(act.start), int(act.end), int(act.correlation_id)))
+                elif kind in api_kinds:
+                    calls.append(ApiCall(int(act.start), int(act.correlation_id)))
                 elif kind == external_kind and int(act.external_kind) == ours:
                     ext[int(act.correlation_id)] = int(act.external_id)
             with sink.lock:
                 sink.activities.extend(got)
                 sink.external_ids.update(ext)
+                sink.api_calls.extend(calls)
 
         cupti.activity_register_callbacks(buffer_requested, buffer_completed)
         _sinks[key] = sink
@@ -229,7 +257,11 @@ class ActivityTrace:
     def pop(self) -> None:
         self.cupti.activity_pop_external_correlation_id(self._external_kind)
 
-    def drain(self) -> tuple[list[GpuActivity], dict[int, int]]:
+    def now(self) -> int:
+        """CUPTI's timestamp (ns), the clock of its API records."""
+        return int(self.cupti.get_timestamp())
+
+    def drain(self) -> tuple[list[GpuActivity], dict[int, int], list[ApiCall]]:
         """Everything traced since the last drain (call after the device has synchronised)."""
         self.flush()
         return self._sink.take()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .cupti_trace import (ActivityTrace, CuptiAttributionError, CuptiUnavailable, SampleTime,
-                          load_cupti, next_sample_ids, sample_times, summarize_sums)
+                          correlations_in_windows, load_cupti, next_sample_ids, sample_times, summarize_sums)
 from .stats import SamplingPolicy, Stats, summarize
 
 TIMING_MODES = ("cold", "hot")
@@ -132,9 +132,12 @@ class CuptiClock:
         self.trace = trace
         self.synchronize = synchronize
         self._ids: list[int] = []
+        self._windows: dict[int, tuple[int, int]] = {}
+        self.attributed_by: set[str] = set()
 
     @contextmanager
     def active(self):
+        self.attributed_by = set()
         self.trace.start()
         try:
             yield
@@ -143,21 +146,30 @@ class CuptiClock:
 
     def begin(self, count: int) -> None:
         self._ids = next_sample_ids(count)
+        self._windows = {}
 
     def start(self, i: int) -> None:
         self.trace.push(self._ids[i])
+        self._windows[self._ids[i]] = (self.trace.now(), 0)
 
     def stop(self, i: int) -> None:
         self.trace.pop()
+        sample = self._ids[i]
+        self._windows[sample] = (self._windows[sample][0], self.trace.now())
 
     def finish(self) -> list[SampleTime]:
         self.synchronize()
-        activities, external_ids = self.trace.drain()
+        activities, external_ids, api_calls = self.trace.drain()
+        ours = set(self._ids)
+        if any(sample in ours for sample in external_ids.values()):
+            self.attributed_by.add("external correlation")
+        else:  # no external correlation records from this CUPTI: the API calls' host time windows
+            external_ids = correlations_in_windows(api_calls, self._windows)
+            self.attributed_by.add("host time window")
         return sample_times(activities, external_ids, self._ids)
 
-    @staticmethod
-    def detail(times: list[SampleTime]) -> dict[str, Any]:
-        return summarize_sums(times)
+    def detail(self, times: list[SampleTime]) -> dict[str, Any]:
+        return {**summarize_sums(times), "attributed_by": sorted(self.attributed_by)}
 
 
 class Timer:

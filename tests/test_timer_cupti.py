@@ -18,10 +18,11 @@ class _Record:
         self.__dict__.update(fields)
 
 
-def make_fake_cupti(enable_error=None, external_records=True):
+def make_fake_cupti(enable_error=None, external_records=True, api_records=True):
     """A module with the part of cupti-python's activity API the timer uses. `launch` plays a CUDA
-    API call: it gets the next correlation id, is tagged with the external id on top of the stack
-    (when API and external-correlation records are on), and runs on a device clock in stream order."""
+    API call: it gets the next correlation id and an API record on the host clock, is tagged with
+    the external id on top of the stack (when API and external-correlation records are on), and
+    runs on a device clock in stream order."""
     mod = types.ModuleType("cupti.cupti")
     mod.ActivityKind = enum.IntEnum("ActivityKind", "CONCURRENT_KERNEL KERNEL MEMCPY MEMSET RUNTIME DRIVER "
                                                     "EXTERNAL_CORRELATION")
@@ -29,7 +30,7 @@ def make_fake_cupti(enable_error=None, external_records=True):
     mod.ActivityFlag = enum.IntEnum("ActivityFlag", {"NONE": 0, "FLUSH_FORCED": 1})
     mod.cuptiError = type("cuptiError", (Exception,), {})
     state = types.SimpleNamespace(enabled=set(), stack=[], pending=[], callbacks=None, correlation=100,
-                                  clock_ns=1_000_000, flushes=0, launched=[])
+                                  clock_ns=1_000_000, host_ns=500, flushes=0, launched=[])
     mod.state = state
     kinds = mod.ActivityKind
 
@@ -62,11 +63,18 @@ def make_fake_cupti(enable_error=None, external_records=True):
             state.callbacks[1](records[:half])
             state.callbacks[1](records[half:])
 
+    def get_timestamp():
+        state.host_ns += 100
+        return state.host_ns
+
     def launch(name, duration_ns, kind="kernel", gap_ns=1500):
         state.correlation += 1
         corr = state.correlation
         state.launched.append(name)
         api_on = kinds.RUNTIME in state.enabled or kinds.DRIVER in state.enabled
+        if api_records and api_on:
+            state.pending.append(_Record(kind=kinds.RUNTIME, start=get_timestamp(), end=get_timestamp(),
+                                         correlation_id=corr))
         if external_records and api_on and kinds.EXTERNAL_CORRELATION in state.enabled:
             for ext_kind, external_id in state.stack[-1:]:
                 state.pending.append(_Record(kind=kinds.EXTERNAL_CORRELATION, external_kind=ext_kind,
@@ -81,7 +89,7 @@ def make_fake_cupti(enable_error=None, external_records=True):
             state.pending.append(_Record(**fields))
 
     for fn in (activity_register_callbacks, activity_enable, activity_disable, activity_push_external_correlation_id,
-               activity_pop_external_correlation_id, activity_flush_all):
+               activity_pop_external_correlation_id, activity_flush_all, get_timestamp):
         setattr(mod, fn.__name__, fn)
     mod.launch = launch
     return mod
@@ -192,6 +200,31 @@ def test_records_from_an_earlier_batch_never_land_in_a_later_one(fake_cupti):
         assert clock.finish()[0].names == ("second",)
 
 
+def test_without_external_correlation_records_host_time_windows_tie_kernels_to_samples(monkeypatch):
+    fake = make_fake_cupti(external_records=False)
+    install(monkeypatch, fake)
+    clock = _clock(fake)
+    with clock.active():
+        clock.begin(2)
+        for i in range(2):
+            fake.launch("flush", 40_000)
+            fake.launch("sleep", 30_000)
+            clock.start(i)
+            fake.launch(f"call{i}", 2_000 + 1_000 * i)
+            clock.stop(i)
+        times = clock.finish()
+    assert [t.names for t in times] == [("call0",), ("call1",)]
+    assert [t.span_us for t in times] == pytest.approx([2.0, 3.0])
+    assert clock.detail(times)["attributed_by"] == ["host time window"]
+
+
+def test_host_windows_take_only_calls_that_started_inside():
+    from bwbench.cupti_trace import ApiCall, correlations_in_windows
+
+    calls = [ApiCall(5, 1), ApiCall(10, 2), ApiCall(15, 3), ApiCall(20, 4), ApiCall(31, 5)]
+    assert correlations_in_windows(calls, {7: (20, 30), 6: (10, 15)}) == {2: 6, 3: 6, 4: 7}
+
+
 # --- the whole cold measurement on the fake device ---------------------------------------------------
 @pytest.fixture
 def cpu_timer(monkeypatch):
@@ -230,7 +263,7 @@ def test_cold_measurement_with_cupti_reports_span_sum_and_host_cost(cpu_timer, f
     assert m.timer == "cupti" and m.mode == "cold" and len(m.samples_us) == 6
     assert m.stats.median_us == pytest.approx(6.0)
     assert m.detail["sum_median_us"] == pytest.approx(5.0) and m.detail["activities_per_call"] == 2
-    assert m.detail["names"] == ["a", "b"]
+    assert m.detail["names"] == ["a", "b"] and m.detail["attributed_by"] == ["external correlation"]
     assert m.host_us is not None and m.host_us > 0
     assert fake_cupti.state.enabled == set()
 
@@ -261,7 +294,7 @@ def test_auto_falls_back_to_events_without_cupti_python_and_says_why(cpu_timer, 
 def test_auto_falls_back_when_cupti_traces_no_kernel(cpu_timer, monkeypatch):
     from bwbench import timing
 
-    fake = make_fake_cupti(external_records=False)  # kernels traced, but never tied to a sample
+    fake = make_fake_cupti(external_records=False, api_records=False)  # kernels traced, never tied to a sample
     install(monkeypatch, fake)
     monkeypatch.setattr(timing.Timer, "_probe_call", lambda self: fake.launch("probe", 1_000))
     monkeypatch.setattr(timing, "Timer", lambda *a, **k: cpu_timer)
