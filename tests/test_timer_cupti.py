@@ -426,3 +426,32 @@ def test_cupti_timer_without_cupti_python_stops_before_gpu_work(monkeypatch):
     monkeypatch.setattr(device, "require_cuda", lambda *a: pytest.fail("GPU work started"))
     result = CliRunner().invoke(app, ["run", "softmax", "--timer", "cupti"])
     assert result.exit_code == 2 and "cupti-python~=13.0.0" in " ".join(result.output.split()) and "Traceback" not in result.output
+
+
+def test_side_by_side_table_from_two_results_files(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from bwbench.results import Record, ResultsWriter, RunDocument
+
+    def write(timer, median, host):
+        recs = [Record(suite="softmax", case="rows=49152,cols=32", params={"rows": 49152, "cols": 32},
+                       dtype="float16", impl=impl, kind=impl, status="ok", stats={"median_us": median + extra},
+                       gbps=6.3e6 / (median + extra) / 1e3, pct_copy=100.0, timer=timer, host_us=host,
+                       timer_detail={"sum_median_us": median + extra - 0.1} if timer == "cupti" else None)
+                for impl, extra in (("copy", 0.0), ("torch", 1.0))]
+        path = tmp_path / f"{timer}.json"
+        ResultsWriter(path, RunDocument({}, {}, {}, recs)).finish()
+        return str(path)
+
+    cupti_path, events_path = write("cupti", 5.0, 9.0), write("events", 7.0, 8.5)
+    spec = importlib.util.spec_from_file_location("timer_table", Path(__file__).parents[1] / "tools" / "timer_table.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([cupti_path, events_path, "--markdown"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| suite | case | dtype | impl | events µs | CUPTI µs | events − CUPTI")
+    torch_row = next(line for line in out if "| torch |" in line)
+    assert "| 8.00 | 6.00 | 2.00 | 5.90 |" in torch_row and torch_row.endswith("| 8.5 | 9.0 |")
+    with pytest.raises(SystemExit):
+        tool.main([events_path, events_path])
