@@ -26,6 +26,9 @@ from typing import Any, Iterable, Sequence
 INSTALL_HINT = ("install the 'cupti' extra of bwbench, i.e. pip install 'cupti-python~=13.0.0' "
                 "(the series that matches the CUPTI library of CUDA 13.0)")
 
+NAME_CHARS = 160
+"""Kernel names kept in a record are cut to this length (templated names run to kilobytes)."""
+
 BUFFER_BYTES = 8 << 20
 """Size of each activity buffer handed to CUPTI; one holds tens of thousands of records."""
 
@@ -148,7 +151,7 @@ def summarize_sums(times: Sequence[SampleTime]) -> dict[str, Any]:
     if counts:
         detail["activities_per_call"] = statistics.median(counts)
         detail["activities_per_call_range"] = [min(counts), max(counts)]
-        detail["names"] = list(times[0].names[:16])
+        detail["names"] = [name[:NAME_CHARS] for name in times[0].names[:16]]
     return detail
 
 
