@@ -20,11 +20,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from bwbench.device import query_device, require_cuda
+    from bwbench.device import NoGpuError, query_device, require_cuda
     from bwbench.stats import SamplingPolicy
     from bwbench.timing import make_timer, timer_medians
 
-    device = require_cuda(args.gpu)
+    try:
+        device = require_cuda(args.gpu)
+    except NoGpuError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     facts = query_device(device)
     timer = make_timer("events", device, facts.l2_bytes, facts.sm_clock_max_mhz,
                        SamplingPolicy(min_samples=100, max_median_error=0.001, max_seconds=2.0))
