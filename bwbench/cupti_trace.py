@@ -16,6 +16,7 @@ talk to it is pure Python, so the attribution is tested without a GPU.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import itertools
 import statistics
@@ -216,8 +217,17 @@ def _sink_for(cupti) -> _Sink:
                 sink.api_calls.extend(calls)
 
         cupti.activity_register_callbacks(buffer_requested, buffer_completed)
+        atexit.register(_flush_before_exit, cupti)
         _sinks[key] = sink
     return _sinks[key]
+
+
+def _flush_before_exit(cupti) -> None:
+    """Hand back any buffer while Python can still run the callback (not during teardown)."""
+    try:
+        cupti.activity_flush_all(int(cupti.ActivityFlag.FLUSH_FORCED))
+    except Exception:  # noqa: BLE001 - at exit there is nothing left to report to
+        pass
 
 
 class ActivityTrace:
