@@ -24,22 +24,26 @@ def _policy(max_time: float, noise: float, min_samples: int) -> SamplingPolicy:
 
 
 def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | None = None,
-          max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20) -> BenchResult:
+          max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20,
+          timer: str = "auto") -> BenchResult:
     """Time `fn()` exactly as `bwbench run` times an implementation and compare it with a copy.
 
     `bytes` is the traffic one call must move (each input read once, each output written once).
     mode="cold" flushes L2 before every sample (the default, DRAM bandwidth); "hot" replays
     back-to-back calls from a CUDA graph. A device-to-device copy of the same bytes is measured
     in the same call through the same timer, so `pct_copy` is the headline ratio `run` reports.
+    timer: "events" (CUDA events around each call), "cupti" (kernel times from CUPTI's activity
+    records) or "auto" (CUPTI where it traces, else events), as `bwbench run --timer`.
     Returns a BenchResult: median_us, gbps, pct_copy, copy_gbps, samples_us and the statistics.
     """
     import torch
 
     index = torch.cuda.current_device() if gpu is None and torch.cuda.is_available() else (gpu or 0)
     policy = _policy(max_time, noise, min_samples)
-    key = (index, policy)
+    key = (index, policy, timer)
     if key not in _SESSIONS:
-        _SESSIONS[key] = Session.open(index, SessionSettings(policy=policy), measure_copy=False, telemetry=False)
+        _SESSIONS[key] = Session.open(index, SessionSettings(policy=policy, timer=timer), measure_copy=False,
+                                      telemetry=False)
     return _SESSIONS[key].bench(fn, nbytes=bytes, mode=mode)
 
 
@@ -68,7 +72,7 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
 
 
 def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iterable[str] | str | None = None,
-        quick: bool = False, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold",
+        quick: bool = False, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold", timer: str = "auto",
         seed: int = 0, max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20, **axes: Any):
     """Check and time a suite as `bwbench run` does; returns the records as a pandas DataFrame.
 
@@ -79,7 +83,7 @@ def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iter
     from .results import to_frame
 
     plans = plan(suite_or_path, impls, dtypes, quick, **axes)
-    settings = SessionSettings(timing=timing, seed=seed, policy=_policy(max_time, noise, min_samples))
+    settings = SessionSettings(timing=timing, seed=seed, policy=_policy(max_time, noise, min_samples), timer=timer)
     session = Session.open(gpu, settings)
     document = session.run(plans, output=Path(output) if output is not None else None,
                            options={"api": True, "suite": str(suite_or_path), "quick": quick, "timing": timing,

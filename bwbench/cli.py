@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from .console import comparison_table, device_table, make_console, problems, summary_tables
 
@@ -111,6 +112,7 @@ def _guard(fn):
     from .gate import GateInputError
     from .profile import ProfilerUnavailable
     from .suite import SelectionError, SuiteDefinitionError
+    from .timing import TimerUnavailable
 
     try:
         return fn()
@@ -123,6 +125,8 @@ def _guard(fn):
     except GateInputError as err:
         fail(str(err))
     except ProfilerUnavailable as err:
+        fail(str(err))
+    except TimerUnavailable as err:
         fail(str(err))
 
 
@@ -141,6 +145,7 @@ def run(
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
     quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
     timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
+    timer: str = typer.Option("auto", "--timer", help="Clock of cold samples: cupti (kernel and copy times from CUPTI; needs the cupti extra, cupti-python 13.0.x), events (CUDA events around each call, which add about 2 µs), auto (cupti where it works, else events; default)."),
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
     noise: float = typer.Option(0.002, "--noise", help="Stop sampling once the median's relative standard error is below this (after --min-samples)."),
     min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
@@ -161,7 +166,7 @@ def run(
     """
     from .session import SessionSettings
     from .stats import SamplingPolicy
-    from .timing import TIMING_MODES
+    from .timing import TIMING_MODES, check_timer_kind
 
     def prepare():
         from .discovery import resolve
@@ -169,6 +174,7 @@ def run(
 
         if timing not in TIMING_MODES:
             raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
+        check_timer_kind(timer)
         if max_time <= 0 or noise <= 0 or min_samples < 1:
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
         plans = []
@@ -181,12 +187,12 @@ def run(
         return plans, parse_size(copy_size), gates
 
     plans, copy_bytes, gates = _guard(prepare)
-    settings = SessionSettings(timing=timing, seed=seed, copy_bytes=copy_bytes,
+    settings = SessionSettings(timing=timing, seed=seed, copy_bytes=copy_bytes, timer=timer,
                                policy=SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time))
     code = _guard(lambda: _run_measured(
         plans, settings, out, name, report, gpu, gates,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
-                 "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
+                 "quick": quick, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
     raise typer.Exit(code)
 
@@ -246,6 +252,10 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options) 
     with console.status("measuring the device copy bandwidth…"):
         session = Session.open(gpu, settings)
     info = session.environment
+    choice = session.timer.choice
+    options["timer_choice"] = choice.to_dict()
+    console.print(f"timer: {choice.used}" + ("" if choice.reason == "asked for" else f" ({escape(choice.reason)})"),
+                  soft_wrap=True)
     for plan in plans:
         console.print(f"[bold]{plan.suite.name}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
                       f"+ copy ceiling on {session.gpu_name}")

@@ -18,7 +18,7 @@ def _gb(value: float | None) -> str:
 
 def cell(record: Record | None, show_mask: bool = False) -> str:
     """One implementation's result on one case: GB/s and % of the same-size copy (and, for suites
-    with a mask, the memory it keeps as one), or why not."""
+    with a mask, the memory it keeps as one; the host cost of one call where recorded), or why not."""
     if record is None:
         return ""
     if record.status == "failed":
@@ -36,6 +36,8 @@ def cell(record: Record | None, show_mask: bool = False) -> str:
         text += " [bold red]>peak![/]"
     if show_mask and record.mask_bytes is not None:
         text += f" [cyan]{memory_text(record.mask_bytes)}[/]"
+    if record.host_us is not None:
+        text += f" [magenta]{record.host_us:,.0f}µs[/]"
     return text
 
 
@@ -51,6 +53,11 @@ def summary_tables(records: Iterable[Record]) -> list[Table]:
         by_key = {(r.case, r.impl): r for r in recs}
         show_mask = any(r.mask_bytes is not None for r in recs)
         title = f"{suite} · {dtype} · GB/s (% of same-size copy)"
+        if any(r.host_us is not None for r in recs):
+            title += " · [magenta]host µs[/] per call"
+        timers = sorted({r.timer for r in recs if r.timer})
+        if timers:
+            title += f" · timer: {', '.join(timers)}"
         if show_mask:
             title += " · [cyan]mask[/] kept for the backward"
         table = Table(title=title, title_justify="left")

@@ -79,6 +79,14 @@ class Record:
     descriptors), all outside the timing."""
     input_seed: int | None = None
     """Seed of the case's random inputs: the same seed regenerates the same inputs (profile does)."""
+    timer: str | None = None
+    """The clock of the samples: "cupti" (kernel and copy times from CUPTI's activity records, the
+    span of one call's kernels) or "events" (CUDA events around the call, which add their own cost)."""
+    host_us: float | None = None
+    """Median host time to enqueue one call with the GPU kept busy (what a call costs in eager mode)."""
+    timer_detail: dict[str, Any] | None = None
+    """The clock's details: for CUPTI the sum of kernel times beside the span, kernels per call and
+    their names; why `auto` fell back to events, where it did."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -227,10 +235,12 @@ def to_frame(document: RunDocument, source: str | None = None):
     env = document.environment
     rows = []
     for rec in document.records:
-        row = {k: v for k, v in rec.to_dict().items() if k not in ("params", "stats", "check", "telemetry", "extra")}
+        row = {k: v for k, v in rec.to_dict().items() if k not in ("params", "stats", "check", "telemetry", "extra",
+                                                               "timer_detail")}
         row.update(rec.params)
         for col in STAT_COLUMNS:
             row[col] = (rec.stats or {}).get(col)
+        row["kernel_sum_us"] = (rec.timer_detail or {}).get("sum_median_us")
         row["check_passed"] = (rec.check or {}).get("passed")
         row["max_abs_err"] = (rec.check or {}).get("max_abs_err")
         row["gpu"] = env.get("gpu_name")

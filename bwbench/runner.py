@@ -21,10 +21,12 @@ from .timing import Timer, measure_copy_ceiling
 
 @dataclass
 class RunSettings:
-    """How to measure: timing mode and the seed of the random inputs."""
+    """How to measure: timing mode, the clock of cold samples (events, cupti, auto) and the seed of
+    the random inputs."""
 
     timing: str = "cold"
     seed: int = 0
+    timer: str = "events"
 
 
 def case_seed(seed: int, case: Case) -> int:
@@ -260,6 +262,7 @@ class Runner:
             copy_gbps=copy_gbps if name != COPY_IMPL else gbps,
             pct_copy=100.0 * gbps / copy_gbps if copy_gbps else (100.0 if name == COPY_IMPL else None),
             pct_peak=pct_peak, check=check, disturbed=disturbed is not None,
+            timer=m.timer, host_us=m.host_us, timer_detail=m.detail,
             telemetry=summarize_window(before, self.telemetry.sample()) if self.telemetry else None)
 
     def _telemetry(self) -> dict:

@@ -29,9 +29,11 @@ class SessionSettings:
     seed: int = 0
     policy: SamplingPolicy = field(default_factory=SamplingPolicy)
     copy_bytes: int = DEFAULT_COPY_BYTES
+    timer: str = "auto"
+    """The clock of cold samples: "events", "cupti" or "auto" (CUPTI where it traces, else events)."""
 
     def run_settings(self) -> RunSettings:
-        return RunSettings(timing=self.timing, seed=self.seed)
+        return RunSettings(timing=self.timing, seed=self.seed, timer=self.timer)
 
 
 @dataclass(frozen=True)
@@ -139,12 +141,12 @@ class Session:
 
         from .device import query_device, require_cuda
         from .telemetry import Telemetry
-        from .timing import Timer
+        from .timing import make_timer
 
         settings = settings or SessionSettings()
         device = require_cuda(gpu)
         facts = query_device(device)
-        timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz, settings.policy)
+        timer = make_timer(settings.timer, device, facts.l2_bytes, facts.sm_clock_max_mhz, settings.policy)
         if measure_copy:
             from .timing import measure_copy_ceiling
 
