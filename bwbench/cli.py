@@ -420,9 +420,10 @@ def profile(
         path = out / f"{_default_stem(chosen.name, session.gpu_name)}-profile.json"
         table = Table(title=f"{chosen.name}: DRAM bytes measured by Nsight Compute against the byte model")
         for col in ("case", "dtype", "impl", "kernels", "model MB", "DRAM MB", "DRAM / model",
-                    "bwbench µs", "ncu µs", "ncu / bwbench"):
+                    "bwbench µs", "events µs", "CUPTI µs", "ncu µs", "ncu / bwbench"):
             table.add_column(col, justify="left" if col in ("case", "dtype", "impl") else "right")
-        hook = profile_hook(chosen, gpu, on_profile=lambda c, name: console.print(f"[dim]ncu on {name} {c}…[/]"))
+        hook = profile_hook(chosen, gpu, on_profile=lambda c, name: console.print(f"[dim]ncu on {escape(name)} {escape(str(c))}…[/]"),
+                            timer=session.timer)
         with console.status(f"checking, timing and profiling {len(cases)} case(s)…"):
             document = session.run([SuitePlan(chosen, impls, cases)], output=path, after_timing=hook,
                                    options={"profile": True, "argv": sys.argv[1:]})
@@ -431,11 +432,12 @@ def profile(
                 continue
             result = (rec.extra or {}).get("profile")
             if rec.status != "ok" or not result:
-                table.add_row(rec.case, rec.dtype, rec.impl, rec.status, "", "", "", "", "", "")
+                table.add_row(rec.case, rec.dtype, rec.impl, rec.status, "", "", "", "", "", "", "", "")
                 continue
             table.add_row(rec.case, rec.dtype, rec.impl, str(result["kernel_count"]),
                           f"{result['model_bytes'] / 1e6:,.1f}", f"{result['dram_bytes'] / 1e6:,.1f}",
                           f"{result['bytes_ratio']:.2f}×", f"{result['bwbench_median_us']:,.1f}",
+                          _us(result.get("events_median_us")), _us(result.get("cupti_median_us")),
                           f"{result['ncu_time_us']:,.1f}",
                           f"{result['time_ratio']:.2f}" if result.get("time_ratio") else "—")
         console.print(table)
@@ -443,6 +445,10 @@ def profile(
         return EXIT_OK
 
     raise typer.Exit(_guard(measure))
+
+
+def _us(value) -> str:
+    return f"{value:,.1f}" if isinstance(value, (int, float)) else "—"
 
 
 @app.command()

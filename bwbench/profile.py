@@ -135,18 +135,32 @@ def target_spec(suite, case, impl_name: str, input_seed: int, gpu: int) -> dict[
             "dtype": case.dtype, "input_seed": input_seed, "gpu": gpu}
 
 
-def profile_hook(suite, gpu: int, on_profile=None):
+def profile_hook(suite, gpu: int, on_profile=None, timer=None):
     """The session's after_timing hook for `bwbench profile`: ncu on the implementation just timed,
-    with the same inputs, its figures returned for the record's extra["profile"]."""
+    with the same inputs, its figures returned for the record's extra["profile"]. With `timer`,
+    the same call is also cold-timed under both clocks (CUDA events and CUPTI), so the three
+    figures (events, CUPTI, Nsight Compute) stand side by side."""
 
     def hook(case, impl, fields: dict[str, Any]) -> dict[str, Any]:
         if on_profile:
             on_profile(case, impl.name)
-        kernels = run_ncu(target_spec(suite, case, impl.name, fields["input_seed"], gpu))
+        spec = target_spec(suite, case, impl.name, fields["input_seed"], gpu)
+        clocks = _both_clocks(timer, spec) if timer is not None else {}
+        kernels = run_ncu(spec)
         result = ProfileResult(kernels, fields["bytes_total"], (fields.get("stats") or {}).get("median_us"))
-        return {"profile": result.to_dict()}
+        return {"profile": {**result.to_dict(), **clocks}}
 
     return hook
+
+
+def _both_clocks(timer, spec: dict[str, Any]) -> dict[str, Any]:
+    """Events and CUPTI cold medians of the profiled call, on the checked inputs."""
+    from .timing import timer_medians
+
+    fn, inputs = prepare_target(spec, timer.device)
+    medians = timer_medians(timer, lambda: fn(**inputs))
+    return {"events_median_us": medians.events_us, "cupti_median_us": medians.cupti_us,
+            "cupti_reason": medians.cupti_reason, "host_us": medians.host_us}
 
 
 def prepare_target(spec: dict[str, Any], device):
