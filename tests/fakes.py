@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bwbench.session import Session, SessionSettings
 from bwbench.stats import summarize
-from bwbench.timing import Measurement
+from bwbench.timing import Measurement, TimerChoice
 
 
 class FakeTimer:
@@ -17,6 +17,7 @@ class FakeTimer:
         self.us = us
         self.samples = samples
         self.calls = 0
+        self.choice = TimerChoice("events", "events", "asked for")
 
     def measure(self, fn, mode: str = "cold") -> Measurement:
         for _ in range(3):
