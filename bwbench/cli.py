@@ -45,7 +45,7 @@ class ReportUnavailable(UsageError):
     """The HTML report needs plotly, which is not importable here."""
 
 
-def write_html_report(documents, target: Path) -> None:
+def write_html_report(documents, target: Path, title: Optional[str] = None) -> None:
     """write_report, with a missing plotly turned into ReportUnavailable (a message, not a traceback)."""
     import importlib
 
@@ -57,7 +57,7 @@ def write_html_report(documents, target: Path) -> None:
             "report on another machine with `bwbench report RESULTS.json`") from None
     from .report import write_report
 
-    write_report(documents, target)
+    write_report(documents, target, title)
 
 
 def split_list(value: Optional[str]) -> list[str]:
@@ -388,24 +388,31 @@ def info(
 def report_cmd(
     files: List[Path] = typer.Argument(..., help="Results JSON files (one run, or several to compare)."),
     output: Path = typer.Option(None, "--output", "-o", help="HTML file to write (default: next to the first results file)."),
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Comma-separated suites to show (default: all in the files)."),
+    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to show (the copy ceiling always stays)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes to show."),
+    title: Optional[str] = typer.Option(None, "--title", help="Page title (default: the suites shown)."),
 ):
-    """Build the HTML report from results files (no GPU needed)."""
+    """Build the HTML report from results files (no GPU needed): a summary first, then a section per suite and dtype."""
 
     def build():
+        from .report import ReportFilterError, filter_documents
         from .results import read_document
+        from .summary import run_labels
 
-        documents = []
+        docs = []
         for path in files:
             try:
-                doc = read_document(path)
+                docs.append(read_document(path))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-            label = doc.environment.get("gpu_name") or path.stem
-            if len(files) > 1:
-                label = f"{label} ({path.stem})"
-            documents.append((label, doc))
+        labels = run_labels([d.environment.get("gpu_name") for d in docs], [p.stem for p in files])
+        try:
+            documents = filter_documents(list(zip(labels, docs)), split_list(suite), split_list(impl), split_list(dtype))
+        except ReportFilterError as err:
+            raise UsageError(str(err)) from None
         target = output or files[0].with_suffix(".html")
-        write_html_report(documents, target)
+        write_html_report(documents, target, title)
         console.print(f"report: {target}")
 
     _guard(build)
