@@ -499,33 +499,47 @@ def profile(
 
 @app.command()
 def compare(
-    baseline: Path = typer.Argument(..., help="Results JSON of the baseline run."),
-    current: Path = typer.Argument(..., help="Results JSON of the run to judge."),
+    baseline: Path = typer.Argument(..., help="Results JSON of the baseline run (with --against-store: the run to judge)."),
+    current: Optional[Path] = typer.Argument(None, help="Results JSON of the run to judge."),
     max_drop: str = typer.Option("5%", "--max-drop", help="Smallest drop in median GB/s that counts as a regression (5% or 0.05)."),
-    ignore_gpu: bool = typer.Option(False, "--ignore-gpu", help="Compare runs made on different GPU models."),
-    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown table (for a CI job summary) to this file ('-' for stdout)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout)."),
+    ignore_gpu: bool = typer.Option(False, "--ignore-gpu", help="Compare runs made on different GPU models (a ratio summary comes first)."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown summary (for a CI job summary) to this file ('-' for stdout; the table then goes to stderr)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout; the table then goes to stderr)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
     min_bytes: str = typer.Option("0", "--min-bytes", help="Leave out records that move fewer bytes, e.g. 64MB: cases of a few microseconds drift between runs by more than --max-drop."),
+    against_store: bool = typer.Option(False, "--against-store", help="Judge the one results file given against the median of recent runs of the same GPU model in the results store."),
+    last: int = typer.Option(5, "--last", help="With --against-store: how many recent runs make the baseline."),
+    store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
 ):
-    """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
+    """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE (or, with --against-store, than in recent stored runs).
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
     """
 
     def judge_runs() -> int:
         import json
 
-        from .gate import compare_runs, has_regression, markdown, parse_fraction
+        from rich.console import Console
+
+        from .comparison import build_view, markdown, to_json
+        from .console import comparison_output
+        from .gate import compare_runs, has_regression, parse_fraction
         from .results import read_document
 
         threshold = parse_fraction(max_drop)
         smallest = parse_size(min_bytes)
-        try:
-            docs = [read_document(p) for p in (baseline, current)]
-        except ValueError as err:
-            raise UsageError(str(err)) from None
+        if against_store:
+            if current is not None:
+                raise UsageError("--against-store takes one results file (the run to judge)")
+            docs = _store_baseline(baseline, store, last)
+        else:
+            if current is None:
+                raise UsageError("name two results files (BASELINE CURRENT), or one with --against-store")
+            try:
+                docs = [read_document(p) for p in (baseline, current)]
+            except ValueError as err:
+                raise UsageError(str(err)) from None
         comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest)
         if not comparisons:
             raise UsageError(f"--min-bytes {min_bytes}: no record of these runs moves that much")
@@ -536,16 +550,40 @@ def compare(
             if unknown:
                 raise UsageError(f"--impl {', '.join(unknown)}: not in these runs; they have {', '.join(sorted(known))}")
             comparisons = [c for c in comparisons if c.impl in wanted]
-        console.print(comparison_table(comparisons, threshold, show_all))
+        regression = has_regression(comparisons)
+        view = build_view(docs[0], docs[1], comparisons, threshold, regression)
+        to_stdout = "-" in (str(markdown_out), str(json_out))
+        screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+        screen.print(comparison_output(view, show_all))
         if markdown_out is not None:
-            _write_text(markdown_out, markdown(comparisons, threshold))
+            _write_text(markdown_out, markdown(view, show_all))
         if json_out is not None:
-            payload = {"max_drop": threshold, "regression": has_regression(comparisons),
-                       "comparisons": [c.to_dict() for c in comparisons]}
-            _write_text(json_out, json.dumps(payload, indent=1) + "\n")
-        return EXIT_FAILED if has_regression(comparisons) else EXIT_OK
+            _write_text(json_out, json.dumps(to_json(view), indent=1) + "\n")
+        return EXIT_FAILED if regression else EXIT_OK
 
     raise typer.Exit(_guard(judge_runs))
+
+
+def _store_baseline(current_path: Path, store_path: Optional[Path], last: int):
+    """[baseline made of the last runs of the same GPU model in the store, the current run]."""
+    from .results import read_document
+    from .store import DEFAULT_STORE, StoreError, baseline_from_store, run_id_of
+
+    if last < 1:
+        raise UsageError(f"--last takes a number of runs, at least 1 (got {last})")
+    try:
+        current_doc = read_document(current_path)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    gpu = current_doc.environment.get("gpu_name")
+    try:
+        base, runs = baseline_from_store(store_path or DEFAULT_STORE, gpu, last, exclude_run=run_id_of(current_doc))
+    except StoreError as err:
+        raise UsageError(str(err)) from None
+    console.print(f"baseline: median of {len(runs)} stored runs on {gpu} "
+                  f"({', '.join((r.created or '?')[:10] + ' ' + (r.git_commit or '?') for r in runs)})", soft_wrap=True,
+                  markup=False)
+    return [base, current_doc]
 
 
 def _write_text(target: Path, text: str) -> None:
