@@ -153,6 +153,8 @@ def run(
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Gate: a results file to compare with at the end; exit 1 on a real regression."),
     max_drop: str = typer.Option("5%", "--max-drop", help="Gate threshold for --baseline (5% or 0.05)."),
     min_copy_fraction: Optional[float] = typer.Option(None, "--min-copy-fraction", help="Gate: exit 1 when an implementation run reaches less than this fraction of the same-run copy bandwidth (e.g. 0.9 with --impl optimized)."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Results store the finished run is added to (default: OUT/bwbench-history.sqlite)."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not add the run to the results store."),
 ):
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
@@ -188,7 +190,8 @@ def run(
         out, name, report, gpu, gates,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
-                 "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
+                 "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
+        store_path=None if no_store else (store or out / "bwbench-history.sqlite")))
     raise typer.Exit(code)
 
 
@@ -267,12 +270,14 @@ def _apply_gates(gates: Gates, document) -> bool:
     return passed
 
 
-def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, gpu, gates, options) -> int:
+def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, gpu, gates, options,
+                  store_path=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .device import query_device, require_cuda
     from .results import ResultsWriter, RunDocument, write_csv
     from .runner import Runner
+    from .store import add_finished_run
     from .telemetry import Telemetry
     from .timing import Timer
 
@@ -310,6 +315,8 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
             interrupted = True
     writer.finish(interrupted=interrupted)
     write_csv(document, paths["csv"])
+    if note := add_finished_run(paths["json"], store_path):
+        console.print(note, markup=False, soft_wrap=True)
     for table in summary_tables(document.records):
         console.print(table)
     for line in problems(document.records):
@@ -532,8 +539,9 @@ def compare(
         if against_store:
             if current is not None:
                 raise UsageError("--against-store takes one results file (the run to judge)")
-            docs = _store_baseline(baseline, store, last)
+            docs, note = _store_baseline(baseline, store, last)
         else:
+            note = ""
             if current is None:
                 raise UsageError("name two results files (BASELINE CURRENT), or one with --against-store")
             try:
@@ -554,6 +562,8 @@ def compare(
         view = build_view(docs[0], docs[1], comparisons, threshold, regression)
         to_stdout = "-" in (str(markdown_out), str(json_out))
         screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+        if note:
+            screen.print(note, markup=False, soft_wrap=True)
         screen.print(comparison_output(view, show_all))
         if markdown_out is not None:
             _write_text(markdown_out, markdown(view, show_all))
@@ -565,7 +575,7 @@ def compare(
 
 
 def _store_baseline(current_path: Path, store_path: Optional[Path], last: int):
-    """[baseline made of the last runs of the same GPU model in the store, the current run]."""
+    """([baseline made of the last runs of the same GPU model in the store, the current run], a line saying which)."""
     from .results import read_document
     from .store import DEFAULT_STORE, StoreError, baseline_from_store, run_id_of
 
@@ -580,10 +590,87 @@ def _store_baseline(current_path: Path, store_path: Optional[Path], last: int):
         base, runs = baseline_from_store(store_path or DEFAULT_STORE, gpu, last, exclude_run=run_id_of(current_doc))
     except StoreError as err:
         raise UsageError(str(err)) from None
-    console.print(f"baseline: median of {len(runs)} stored runs on {gpu} "
-                  f"({', '.join((r.created or '?')[:10] + ' ' + (r.git_commit or '?') for r in runs)})", soft_wrap=True,
-                  markup=False)
-    return [base, current_doc]
+    note = (f"baseline: median of {len(runs)} stored runs on {gpu} "
+            f"({', '.join((r.created or '?')[:10] + ' ' + (r.git_commit or '?')[:7] for r in runs)})")
+    return [base, current_doc], note
+
+
+store_app = typer.Typer(help="The results store: every run's records in one SQLite file, for history and gates.",
+                        no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("import")
+def store_import(
+    files: List[Path] = typer.Argument(..., help="Results JSON files to add."),
+    store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
+):
+    """Add earlier results files to the store (adding the same run twice adds nothing)."""
+
+    def add() -> None:
+        from .store import DEFAULT_STORE, StoreError, add_document
+
+        target = store or DEFAULT_STORE
+        for path in files:
+            try:
+                result = add_document(path, target)
+            except (StoreError, ValueError) as err:
+                raise UsageError(str(err)) from None
+            what = "new run" if result.new_run else "run already stored"
+            console.print(f"{path}: {what} ({result.gpu_name}, {result.created}), {result.added_records} records added",
+                          markup=False, soft_wrap=True)
+        console.print(f"store: {target}", markup=False)
+
+    _guard(add)
+
+
+@app.command()
+def history(
+    suite: str = typer.Argument(..., help="Suite whose history to show."),
+    case: List[str] = typer.Option([], "--case", "-c", help="A case id (rows=4096,cols=1024) or an axis selection (cols=1024); repeatable. Default: every case, as a geometric mean."),
+    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes (default: all)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only runs on this GPU model (its full name, e.g. 'NVIDIA H100 80GB HBM3')."),
+    store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the trend as an HTML chart to this file."),
+):
+    """A suite's bandwidth over commits and dates, from the results store: a table, and a chart with -o."""
+
+    def show() -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        from .history import cell_text, short_commit, trend_rows, write_trend_html
+        from .store import DEFAULT_STORE, StoreError, known_values, query_trend
+
+        target = store or DEFAULT_STORE
+        try:
+            points = query_trend(target, suite, case, split_list(impl), split_list(dtype), gpu)
+            if not points:
+                suites = known_values(target, "suite")
+                if suite not in suites:
+                    raise UsageError(f"no runs of {suite!r} in {target}; it holds {', '.join(suites) or 'nothing'}")
+                raise UsageError(f"no stored record of {suite} matches --case/--impl/--dtype/--gpu")
+        except StoreError as err:
+            raise UsageError(str(err)) from None
+        rows, impls = trend_rows(points)
+        several = len({(p.case, p.dtype) for p in points}) > 1
+        selection = f"{suite}" + (f" · {', '.join(case)}" if case else " · every case") + \
+            (f" · {dtype}" if dtype else "") + (f" · {gpu}" if gpu else "")
+        table = Table(title=Text(f"{selection}: GB/s (% of copy)" + (", geometric mean over cases (×N)" if several else "")),
+                      title_justify="left")
+        for col in ("date", "commit", "GPU", *impls):
+            table.add_column(Text(col), justify="right" if col in impls else "left")
+        for r in rows:
+            table.add_row(Text((r.created or "—")[:16]), Text(short_commit(r.git_commit)), Text(r.gpu_name or "—"),
+                          *(Text(cell_text(r.cells.get(i), several)) for i in impls))
+        console.print(table)
+        if output is not None:
+            kinds = {p.impl: p.kind or "" for p in points}
+            write_trend_html(output, f"bwbench history: {suite}", rows, impls, kinds, selection, several)
+            console.print(f"trend: {output}", markup=False)
+
+    _guard(show)
 
 
 def _write_text(target: Path, text: str) -> None:

@@ -40,6 +40,7 @@ class TrendRow:
 def trend_rows(points: Sequence[TrendPoint]) -> tuple[list[TrendRow], list[str]]:
     """Rows in date order and the implementations seen (columns)."""
     impls = list(dict.fromkeys(p.impl for p in points))
+    impls = [i for i in impls if i != "copy"] + (["copy"] if "copy" in impls else [])
     runs: dict[str, list[TrendPoint]] = {}
     for p in points:
         runs.setdefault(p.run_id, []).append(p)
@@ -58,6 +59,11 @@ def trend_rows(points: Sequence[TrendPoint]) -> tuple[list[TrendRow], list[str]]
         rows.append(TrendRow(run_id, first.created, first.git_commit, first.gpu_name, cells))
     rows.sort(key=lambda r: (r.created or "", r.run_id))
     return rows, impls
+
+
+def short_commit(commit: str | None) -> str:
+    """Seven hex digits are enough to name a commit in a table."""
+    return (commit or "—")[:7] if commit and all(c in "0123456789abcdef" for c in commit.lower()) else (commit or "—")
 
 
 def cell_text(cell: TrendCell | None, several_cases: bool) -> str:
@@ -88,7 +94,7 @@ def trend_figure(rows: Sequence[TrendRow], impls: Sequence[str], kinds: dict[str
             traces.append({
                 "type": "scatter", "mode": "lines+markers", "name": plot_text(name),
                 "x": [r.created for r in points], "y": [rounded(r.cells[impl].gbps) for r in points],
-                "customdata": [[plot_text(r.git_commit or "?"), rounded(r.cells[impl].pct_copy, 3), r.cells[impl].cases]
+                "customdata": [[plot_text(short_commit(r.git_commit)), rounded(r.cells[impl].pct_copy, 3), r.cells[impl].cases]
                                for r in points],
                 "marker": {"color": colors[impl], "size": 9,
                            "symbol": RUN_SYMBOLS[g % len(RUN_SYMBOLS)]},
@@ -107,7 +113,7 @@ def render_trend_html(title: str, rows: Sequence[TrendRow], impls: Sequence[str]
     esc = lambda v: html.escape(str(v), quote=True)  # noqa: E731
     head = "".join(f"<th>{esc(i)}</th>" for i in impls)
     body = "".join(
-        f"<tr><td>{esc(r.created or '—')}</td><td><code>{esc(r.git_commit or '—')}</code></td>"
+        f"<tr><td>{esc(r.created or '—')}</td><td><code>{esc(short_commit(r.git_commit))}</code></td>"
         f"<td>{esc(r.gpu_name or '—')}</td>"
         + "".join(f"<td class=\"num\">{esc(cell_text(r.cells.get(i), several_cases))}</td>" for i in impls) + "</tr>"
         for r in rows)

@@ -199,9 +199,11 @@ def add_finished_run(results_path: str | Path, store_path: str | Path | None) ->
 
 
 def _result_row(run_id: str, r: Record) -> tuple:
-    stats = r.stats or {}
-    return (run_id, r.suite, r.case, r.dtype, r.impl, r.kind, r.status, _real(r.gbps), _real(stats.get("median_us")),
-            _real(stats.get("p10_us")), _real(stats.get("p90_us")), _real(r.pct_copy), _real(r.pct_peak),
+    stats = (r.stats or {}) if r.status == "ok" else {}
+    speed = _real(r.gbps) if r.status == "ok" else None  # a wrong or skipped record has no speed
+    return (run_id, r.suite, r.case, r.dtype, r.impl, r.kind, r.status, speed, _real(stats.get("median_us")),
+            _real(stats.get("p10_us")), _real(stats.get("p90_us")), _real(r.pct_copy) if speed else None,
+            _real(r.pct_peak) if speed else None,
             r.bytes_total if isinstance(r.bytes_total, int) else None,
             json.dumps(r.params or {}, default=str, allow_nan=False, sort_keys=False))
 
