@@ -80,6 +80,7 @@ td.up { background: #e3f4e3; } td.down { background: #fbe3e3; }
 .notice { background: #fff4d6; border: 1px solid #e0b400; padding: 0.4em 0.8em; margin: 0.5em 0; }
 .tables { display: flex; flex-wrap: wrap; gap: 1.5em; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 0.8em; }
+.charts.wide { grid-template-columns: 1fr; }
 .chart-box { border: 1px solid #e4e4e4; min-width: 0; }
 .chart-box .caption { font-size: 0.85em; color: #444; padding: 0.3em 0.6em 0; }
 .chart { height: 380px; }
@@ -529,7 +530,7 @@ def _group_section(documents: Sequence[tuple[str, RunDocument]], suite: str, dty
         second = charts.ratio_chart(section) if len(present) > 1 else charts.copy_share_chart(section)
         second_caption = (f"GB/s ratio to {esc(present[0][0])} per case, with the ratio of the theoretical peaks"
                           if len(present) > 1 else "% of the same-size copy (100% = as fast as a copy)")
-        parts.append("<div class=\"charts\">"
+        parts.append(f"<div class=\"charts{' wide' if section.wide else ''}\">"
                      f"{_chart_box(ids[0], 'Effective bandwidth (median), same-size copy dashed, peak dotted')}"
                      f"{_chart_box(ids[1], second_caption)}</div>")
         figures += [(ids[0], charts.bandwidth_chart(section)), (ids[1], second)]

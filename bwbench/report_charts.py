@@ -129,6 +129,11 @@ class Section:
         return [r for _, _, recs in self.runs for r in recs]
 
     @property
+    def wide(self) -> bool:
+        """Many categories: the charts take the page's full width, one above the other."""
+        return not self.numeric and len({self.x_value(r) for r in self.records}) > 12
+
+    @property
     def numeric(self) -> bool:
         values = [r.params.get(self.x_axis) if self.x_axis else None for r in self.records]
         return bool(values) and not self.folded and all(number(v) and v > 0 for v in values)
@@ -142,7 +147,7 @@ class Section:
         parts = [axis_text(record, self.x_axis)] if self.x_axis else [record.case]
         if self.folded:
             parts += [axis_text(record, a) for a in self.other_axes]
-        return "<br>".join(plot_text(p) for p in parts)
+        return " ".join(plot_text(p) for p in parts)
 
 
 def make_section(suite: str, dtype: str, runs, impls: list[str], kinds: dict[str, str], x_axis: str | None) -> Section:
@@ -218,7 +223,7 @@ def _x_axis_layout(section: Section) -> dict[str, Any]:
     ordered = sorted(section.records, key=lambda r: sort_key(r, order))
     categories = list(dict.fromkeys(section.x_value(r) for r in ordered))
     return {**AXIS_STYLE, "type": "category", "title": {"text": title}, "categoryorder": "array",
-            "categoryarray": categories, "tickangle": -30 if len(categories) > 8 else 0}
+            "categoryarray": categories, "tickfont": {"size": 10 if len(categories) > 12 else 11}}
 
 
 def bandwidth_chart(section: Section) -> dict[str, Any]:
@@ -300,6 +305,11 @@ def ratio_chart(section: Section) -> dict[str, Any]:
     y_title = f"× {plot_text(first_label)}" if len(others) > 1 else f"{plot_text(others[0][0])} / {plot_text(first_label)}"
     layout = _layout(section, y_title, shapes, notes)
     layout["yaxis"]["ticksuffix"] = "×"
+    values = [y for t in traces for y in t["y"] if number(y)] + [s["y0"] for s in shapes]
+    if values:  # around the ratios and the peak line, not from zero: ratios near 1 need the resolution
+        low, high = min(values), max(values)
+        pad = 0.06 * (high - low or 1.0)
+        layout["yaxis"]["range"] = [max(0.0, low - pad), high + pad]
     return {"data": traces, "layout": layout}
 
 
