@@ -467,3 +467,19 @@ def test_report_filters_and_title(tmp_path: Path):
     assert "<th>torch</th>" not in page or "compiled" not in page.split('id="summary"')[1].split("</section>")[0]
     bad = CliRunner().invoke(app, ["report", str(tmp_path / "a.json"), "--impl", "fastest", "-o", str(out)])
     assert bad.exit_code == 2 and "not in these results" in bad.output
+
+
+def test_three_runs_compare_each_with_the_first():
+    page = report.render_html([("H100", make_document()),
+                               ("H200", make_document("NVIDIA H200", peak=4800.0, speed=1.4)),
+                               ("B200", make_document("NVIDIA B200", peak=8000.0, speed=2.0))])
+    summary = page[page.index('<section id="summary">'):page.index('<nav id="contents">')]
+    assert "H200 against H100" in summary and "B200 against H100" in summary
+    assert ">2.00×</td>" in summary and ">1.40×</td>" in summary
+    assert "peak ratio 1.43× (H200)" in page and "peak ratio 2.39× (B200)" in page
+
+
+def test_page_errors_section_only_shows_when_there_are_errors():
+    page = report.render_html([("H100", make_document())])
+    assert '<section id="bwbench-page-errors" hidden>' in page
+    assert "box.hidden = false" in page  # the collector reveals it on the first error

@@ -132,3 +132,16 @@ def test_a_store_that_cannot_be_written_costs_the_entry_not_the_run(tmp_path):
     note = store.add_finished_run(path, bad)
     assert note.startswith("warning: run not added") and store.add_finished_run(path, None) == ""
     assert store.add_finished_run(path, tmp_path / "ok.sqlite") == f"history: 15 records added to {tmp_path / 'ok.sqlite'}"
+
+
+def test_the_trend_page_renders_in_chromium(tmp_path):
+    from tests.test_report import render_in_chromium
+
+    db = tmp_path / "h.sqlite"
+    for day, commit, speed in ((20, "aaaaaaa", 1.0), (21, "bbbbbbb", 0.9), (22, "ccccccc", 1.1)):
+        store.add_document(run_of(day, commit, speed), db)
+    html = tmp_path / "trend.html"
+    result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    seen = render_in_chromium(html, tmp_path)
+    assert seen["errors"] == [] and seen["state"] == "drawn" and seen["drawn"] >= 1
