@@ -156,7 +156,7 @@ def make_section(suite: str, dtype: str, runs, impls: list[str], kinds: dict[str
     axes = list(dict.fromkeys(k for r in records for k in r.params))
     other = [a for a in axes if a != x_axis and len({axis_text(r, a) for r in records}) > 1]
     section = Section(suite, dtype, runs, impls, kinds, x_axis, other, folded=False)
-    combos = sorted({section.combo(r) for r in records}, key=lambda c: _combo_sort(section, c))
+    combos = list(dict.fromkeys(section.combo(r) for r in records))  # in the order the sweep measured them
     numeric_x = all(number(r.params.get(x_axis)) for r in records) if x_axis else False
     if len(combos) > 1 and not numeric_x:
         cases = len({r.case for r in records})
@@ -165,13 +165,6 @@ def make_section(suite: str, dtype: str, runs, impls: list[str], kinds: dict[str
             combos = [()]
     section.combos = combos or [()]
     return section
-
-
-def _combo_sort(section: Section, combo: tuple[str, ...]) -> tuple:
-    for r in section.records:
-        if section.combo(r) == combo:
-            return sort_key(r, section.other_axes)
-    return ()
 
 
 def _points(section: Section, recs: Sequence[Record], impl: str, combo: tuple[str, ...]) -> list[Record]:
