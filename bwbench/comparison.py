@@ -159,7 +159,7 @@ def listed(view: CompareView, show_all: bool, absent: dict[str, int]) -> list:
     """The verdicts worth a row, needing attention first; 'same' only with --all. Across GPU models
     the ratio summary answers for the speeds, so only regressions and records without a speed change
     (failed, missing, ...) get rows unless --all."""
-    from .gate import LISTING_ORDER, REGRESSIONS
+    from .gate import LISTING_ORDER, has_regression
 
     order = {v: i for i, v in enumerate(LISTING_ORDER)}
 
@@ -168,7 +168,7 @@ def listed(view: CompareView, show_all: bool, absent: dict[str, int]) -> list:
             return True
         if c.suite in absent or c.suite in view.only_in_current or c.verdict == "same":
             return False
-        return not view.different_gpus or c.change is None or c.verdict in REGRESSIONS
+        return not view.different_gpus or c.change is None or has_regression([c])
 
     return sorted((c for c in view.comparisons if worth_a_row(c)), key=lambda c: order.get(c.verdict, len(order)))
 

@@ -145,3 +145,22 @@ def test_the_trend_page_renders_in_chromium(tmp_path):
     assert result.exit_code == 0, result.output
     seen = render_in_chromium(html, tmp_path)
     assert seen["errors"] == [] and seen["state"] == "drawn" and seen["drawn"] >= 1
+
+
+@pytest.mark.gpu
+def test_a_finished_run_lands_in_the_store(tmp_path):
+    """`bwbench run` adds its results to OUT/bwbench-history.sqlite, and `--no-store` leaves none."""
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "softmax", "--quick", "--impl", "torch", "--no-report", "-o", str(tmp_path),
+                                 "--name", "quick", "--max-time", "0.2", "--copy-size", "256MB"])
+    assert result.exit_code == 0, result.output
+    db = tmp_path / "bwbench-history.sqlite"
+    assert "records added to" in result.output and db.is_file()
+    runs = store.recent_runs(db)
+    assert len(runs) == 1 and runs[0].records > 0
+    points = store.query_trend(db, "softmax", impls=["torch"])
+    assert points and all(p.status == "ok" and p.gbps > 0 for p in points)
+    again = runner.invoke(app, ["run", "softmax", "--quick", "--impl", "torch", "--no-report", "-o", str(tmp_path / "b"),
+                                "--name", "quick", "--max-time", "0.2", "--copy-size", "256MB", "--no-store"])
+    assert again.exit_code == 0, again.output
+    assert not (tmp_path / "b" / "bwbench-history.sqlite").exists()
