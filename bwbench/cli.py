@@ -45,8 +45,8 @@ class ReportUnavailable(UsageError):
     """The HTML report needs plotly, which is not importable here."""
 
 
-def write_html_report(documents, target: Path, title: Optional[str] = None) -> None:
-    """write_report, with a missing plotly turned into ReportUnavailable (a message, not a traceback)."""
+def require_plotly() -> None:
+    """A missing plotly (it carries plotly.js) as ReportUnavailable: a message, not a traceback."""
     import importlib
 
     try:
@@ -55,6 +55,11 @@ def write_html_report(documents, target: Path, title: Optional[str] = None) -> N
         raise ReportUnavailable(
             f"no HTML report: plotly is not importable here ({err}); `pip install plotly`, or build the "
             "report on another machine with `bwbench report RESULTS.json`") from None
+
+
+def write_html_report(documents, target: Path, title: Optional[str] = None) -> None:
+    """write_report, with a missing plotly turned into ReportUnavailable."""
+    require_plotly()
     from .report import write_report
 
     write_report(documents, target, title)
@@ -666,6 +671,7 @@ def history(
                           *(Text(cell_text(r.cells.get(i), several)) for i in impls))
         console.print(table)
         if output is not None:
+            require_plotly()
             kinds = {p.impl: p.kind or "" for p in points}
             write_trend_html(output, f"bwbench history: {suite}", rows, impls, kinds, selection, several)
             console.print(f"trend: {output}", markup=False)
