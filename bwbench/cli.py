@@ -46,8 +46,8 @@ class ReportUnavailable(UsageError):
     """The HTML report needs plotly, which is not importable here."""
 
 
-def write_html_report(documents, target: Path) -> None:
-    """write_report, with a missing plotly turned into ReportUnavailable (a message, not a traceback)."""
+def require_plotly() -> None:
+    """A missing plotly (it carries plotly.js) as ReportUnavailable: a message, not a traceback."""
     import importlib
 
     try:
@@ -56,9 +56,14 @@ def write_html_report(documents, target: Path) -> None:
         raise ReportUnavailable(
             f"no HTML report: plotly is not importable here ({err}); `pip install plotly`, or build the "
             "report on another machine with `bwbench report RESULTS.json`") from None
+
+
+def write_html_report(documents, target: Path, title: Optional[str] = None) -> None:
+    """write_report, with a missing plotly turned into ReportUnavailable."""
+    require_plotly()
     from .report import write_report
 
-    write_report(documents, target)
+    write_report(documents, target, title)
 
 
 def split_list(value: Optional[str]) -> list[str]:
@@ -158,6 +163,8 @@ def run(
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Gate: a results file to compare with at the end; exit 1 on a real regression."),
     max_drop: str = typer.Option("5%", "--max-drop", help="Gate threshold for --baseline (5% or 0.05)."),
     min_copy_fraction: Optional[float] = typer.Option(None, "--min-copy-fraction", help="Gate: exit 1 when an implementation run reaches less than this fraction of the same-run copy bandwidth (e.g. 0.9 with --impl optimized)."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Results store the finished run is added to (default: OUT/bwbench-history.sqlite)."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not add the run to the results store."),
 ):
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
@@ -193,7 +200,8 @@ def run(
         plans, settings, out, name, report, gpu, gates,
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
-                 "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
+                 "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
+        store_path=None if no_store else (store or out / "bwbench-history.sqlite")))
     raise typer.Exit(code)
 
 
@@ -243,11 +251,13 @@ def _apply_gates(gates: Gates, document) -> bool:
     return passed
 
 
-def _run_measured(plans, settings, out, name, want_report, gpu, gates, options) -> int:
+def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
+                  store_path=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .results import write_csv
     from .session import Session, fails_run
+    from .store import add_finished_run
 
     with console.status("measuring the device copy bandwidth…"):
         session = Session.open(gpu, settings)
@@ -271,6 +281,8 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options) 
                                on_step=lambda text: progress.update(task, description=text))
     interrupted = document.interrupted
     write_csv(document, paths["csv"])
+    if note := add_finished_run(paths["json"], store_path):
+        console.print(note, markup=False, soft_wrap=True)
     for table in summary_tables(document.records):
         console.print(table)
     for line in problems(document.records):
@@ -354,24 +366,31 @@ def info(
 def report_cmd(
     files: List[Path] = typer.Argument(..., help="Results JSON files (one run, or several to compare)."),
     output: Path = typer.Option(None, "--output", "-o", help="HTML file to write (default: next to the first results file)."),
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Comma-separated suites to show (default: all in the files)."),
+    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to show (the copy ceiling always stays)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes to show."),
+    title: Optional[str] = typer.Option(None, "--title", help="Page title (default: the suites shown)."),
 ):
-    """Build the HTML report from results files (no GPU needed)."""
+    """Build the HTML report from results files (no GPU needed): a summary first, then a section per suite and dtype."""
 
     def build():
+        from .report import ReportFilterError, filter_documents
         from .results import read_document
+        from .summary import run_labels
 
-        documents = []
+        docs = []
         for path in files:
             try:
-                doc = read_document(path)
+                docs.append(read_document(path))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-            label = doc.environment.get("gpu_name") or path.stem
-            if len(files) > 1:
-                label = f"{label} ({path.stem})"
-            documents.append((label, doc))
+        labels = run_labels([d.environment.get("gpu_name") for d in docs], [p.stem for p in files])
+        try:
+            documents = filter_documents(list(zip(labels, docs)), split_list(suite), split_list(impl), split_list(dtype))
+        except ReportFilterError as err:
+            raise UsageError(str(err)) from None
         target = output or files[0].with_suffix(".html")
-        write_html_report(documents, target)
+        write_html_report(documents, target, title)
         console.print(f"report: {target}")
 
     _guard(build)
@@ -453,33 +472,48 @@ def _us(value) -> str:
 
 @app.command()
 def compare(
-    baseline: Path = typer.Argument(..., help="Results JSON of the baseline run."),
-    current: Path = typer.Argument(..., help="Results JSON of the run to judge."),
+    baseline: Path = typer.Argument(..., help="Results JSON of the baseline run (with --against-store: the run to judge)."),
+    current: Optional[Path] = typer.Argument(None, help="Results JSON of the run to judge."),
     max_drop: str = typer.Option("5%", "--max-drop", help="Smallest drop in median GB/s that counts as a regression (5% or 0.05)."),
-    ignore_gpu: bool = typer.Option(False, "--ignore-gpu", help="Compare runs made on different GPU models."),
-    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown table (for a CI job summary) to this file ('-' for stdout)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout)."),
+    ignore_gpu: bool = typer.Option(False, "--ignore-gpu", help="Compare runs made on different GPU models (a ratio summary comes first)."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown summary (for a CI job summary) to this file ('-' for stdout; the table then goes to stderr)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout; the table then goes to stderr)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
     min_bytes: str = typer.Option("0", "--min-bytes", help="Leave out records that move fewer bytes, e.g. 64MB: cases of a few microseconds drift between runs by more than --max-drop."),
+    against_store: bool = typer.Option(False, "--against-store", help="Judge the one results file given against the median of recent runs of the same GPU model in the results store."),
+    last: int = typer.Option(5, "--last", help="With --against-store: how many recent runs make the baseline."),
+    store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
 ):
-    """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
+    """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE (or, with --against-store, than in recent stored runs).
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
     """
 
     def judge_runs() -> int:
         import json
 
-        from .gate import compare_runs, has_regression, markdown, parse_fraction
+        from rich.console import Console
+
+        from .comparison import build_view, markdown, to_json
+        from .console import comparison_output
+        from .gate import compare_runs, has_regression, parse_fraction
         from .results import read_document
 
         threshold = parse_fraction(max_drop)
         smallest = parse_size(min_bytes)
-        try:
-            docs = [read_document(p) for p in (baseline, current)]
-        except ValueError as err:
-            raise UsageError(str(err)) from None
+        if against_store:
+            if current is not None:
+                raise UsageError("--against-store takes one results file (the run to judge)")
+            docs, note = _store_baseline(baseline, store, last)
+        else:
+            note = ""
+            if current is None:
+                raise UsageError("name two results files (BASELINE CURRENT), or one with --against-store")
+            try:
+                docs = [read_document(p) for p in (baseline, current)]
+            except ValueError as err:
+                raise UsageError(str(err)) from None
         comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest)
         if not comparisons:
             raise UsageError(f"--min-bytes {min_bytes}: no record of these runs moves that much")
@@ -490,16 +524,120 @@ def compare(
             if unknown:
                 raise UsageError(f"--impl {', '.join(unknown)}: not in these runs; they have {', '.join(sorted(known))}")
             comparisons = [c for c in comparisons if c.impl in wanted]
-        console.print(comparison_table(comparisons, threshold, show_all))
+        regression = has_regression(comparisons)
+        view = build_view(docs[0], docs[1], comparisons, threshold, regression)
+        to_stdout = "-" in (str(markdown_out), str(json_out))
+        screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+        if note:
+            screen.print(note, markup=False, soft_wrap=True)
+        screen.print(comparison_output(view, show_all))
         if markdown_out is not None:
-            _write_text(markdown_out, markdown(comparisons, threshold))
+            _write_text(markdown_out, markdown(view, show_all))
         if json_out is not None:
-            payload = {"max_drop": threshold, "regression": has_regression(comparisons),
-                       "comparisons": [c.to_dict() for c in comparisons]}
-            _write_text(json_out, json.dumps(payload, indent=1) + "\n")
-        return EXIT_FAILED if has_regression(comparisons) else EXIT_OK
+            _write_text(json_out, json.dumps(to_json(view), indent=1) + "\n")
+        return EXIT_FAILED if regression else EXIT_OK
 
     raise typer.Exit(_guard(judge_runs))
+
+
+def _store_baseline(current_path: Path, store_path: Optional[Path], last: int):
+    """([baseline made of the last runs of the same GPU model in the store, the current run], a line saying which)."""
+    from .results import read_document
+    from .store import DEFAULT_STORE, StoreError, baseline_from_store, run_id_of
+
+    if last < 1:
+        raise UsageError(f"--last takes a number of runs, at least 1 (got {last})")
+    try:
+        current_doc = read_document(current_path)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    gpu = current_doc.environment.get("gpu_name")
+    try:
+        base, runs = baseline_from_store(store_path or DEFAULT_STORE, gpu, last, exclude_run=run_id_of(current_doc))
+    except StoreError as err:
+        raise UsageError(str(err)) from None
+    note = (f"baseline: median of {len(runs)} stored runs on {gpu} "
+            f"({', '.join((r.created or '?')[:10] + ' ' + (r.git_commit or '?')[:7] for r in runs)})")
+    return [base, current_doc], note
+
+
+store_app = typer.Typer(help="The results store: every run's records in one SQLite file, for history and gates.",
+                        no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("import")
+def store_import(
+    files: List[Path] = typer.Argument(..., help="Results JSON files to add."),
+    store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
+):
+    """Add earlier results files to the store (adding the same run twice adds nothing)."""
+
+    def add() -> None:
+        from .store import DEFAULT_STORE, StoreError, add_document
+
+        target = store or DEFAULT_STORE
+        for path in files:
+            try:
+                result = add_document(path, target)
+            except (StoreError, ValueError) as err:
+                raise UsageError(str(err)) from None
+            what = "new run" if result.new_run else "run already stored"
+            console.print(f"{path}: {what} ({result.gpu_name}, {result.created}), {result.added_records} records added",
+                          markup=False, soft_wrap=True)
+        console.print(f"store: {target}", markup=False)
+
+    _guard(add)
+
+
+@app.command()
+def history(
+    suite: str = typer.Argument(..., help="Suite whose history to show."),
+    case: List[str] = typer.Option([], "--case", "-c", help="A case id (rows=4096,cols=1024) or an axis selection (cols=1024); repeatable. Default: every case, as a geometric mean."),
+    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes (default: all)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only runs on this GPU model (its full name, e.g. 'NVIDIA H100 80GB HBM3')."),
+    store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the trend as an HTML chart to this file."),
+):
+    """A suite's bandwidth over commits and dates, from the results store: a table, and a chart with -o."""
+
+    def show() -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        from .history import cell_text, short_commit, trend_rows, write_trend_html
+        from .store import DEFAULT_STORE, StoreError, known_values, query_trend
+
+        target = store or DEFAULT_STORE
+        try:
+            points = query_trend(target, suite, case, split_list(impl), split_list(dtype), gpu)
+            if not points:
+                suites = known_values(target, "suite")
+                if suite not in suites:
+                    raise UsageError(f"no runs of {suite!r} in {target}; it holds {', '.join(suites) or 'nothing'}")
+                raise UsageError(f"no stored record of {suite} matches --case/--impl/--dtype/--gpu")
+        except StoreError as err:
+            raise UsageError(str(err)) from None
+        rows, impls = trend_rows(points)
+        several = len({(p.case, p.dtype) for p in points}) > 1
+        selection = f"{suite}" + (f" · {', '.join(case)}" if case else " · every case") + \
+            (f" · {dtype}" if dtype else "") + (f" · {gpu}" if gpu else "")
+        table = Table(title=Text(f"{selection}: GB/s (% of copy)" + (", geometric mean over cases (×N)" if several else "")),
+                      title_justify="left")
+        for col in ("date", "commit", "GPU", *impls):
+            table.add_column(Text(col), justify="right" if col in impls else "left")
+        for r in rows:
+            table.add_row(Text((r.created or "—")[:16]), Text(short_commit(r.git_commit)), Text(r.gpu_name or "—"),
+                          *(Text(cell_text(r.cells.get(i), several)) for i in impls))
+        console.print(table)
+        if output is not None:
+            require_plotly()
+            kinds = {p.impl: p.kind or "" for p in points}
+            write_trend_html(output, f"bwbench history: {suite}", rows, impls, kinds, selection, several)
+            console.print(f"trend: {output}", markup=False)
+
+    _guard(show)
 
 
 def _write_text(target: Path, text: str) -> None:

@@ -121,31 +121,62 @@ def make_console() -> Console:
 
 VERDICT_STYLE = {"faster": "green", "same": "dim", "slower": "bold red", "ambiguous": "yellow",
                  "missing": "magenta", "new": "cyan", "failed": "bold red", "still failing": "red"}
+"""Known verdicts' colours; any other verdict is shown unstyled."""
 
 
-def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Table:
-    """The verdicts of `bwbench compare`, interesting ones first; unchanged ones, and the records of
-    baseline suites the current run did not include, only with --all (those suites get one line)."""
-    from .gate import LISTING_ORDER, absent_line, absent_suites, has_regression
+def comparison_table(comparisons, max_drop: float, show_all: bool = False):
+    """The verdicts of a gate as the terminal shows them (see comparison_output)."""
+    from .comparison import CompareView
+    from .gate import has_regression
 
-    order = {v: i for i, v in enumerate(LISTING_ORDER)}
-    rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
-    counts = ", ".join(f"{sum(c.verdict == v for c in comparisons)} {v}" for v in order
-                       if any(c.verdict == v for c in comparisons))
-    verdict = "[bold red]regression[/]" if has_regression(comparisons) else "[green]no regression[/]"
-    absent = {} if show_all else absent_suites(comparisons)
-    table = Table(title=f"{verdict} at a {max_drop:.1%} threshold ({counts})", title_justify="left",
-                  caption=absent_line(absent) + (" (--all lists them)" if absent else "") or None,
-                  caption_justify="left")
-    for col, justify in (("verdict", "left"), ("suite", "left"), ("case", "left"), ("dtype", "left"),
-                         ("impl", "left"), ("baseline GB/s", "right"), ("current GB/s", "right"),
-                         ("change", "right"), ("p", "right"), ("note", "left")):
-        table.add_column(col, justify=justify)
-    for c in rows:
-        if (c.verdict == "same" and not show_all) or c.suite in absent:
-            continue
-        style = VERDICT_STYLE.get(c.verdict, "")
-        table.add_row(f"[{style}]{c.verdict}[/]", c.suite, c.case, c.dtype, c.impl, _gb(c.baseline_gbps),
-                      _gb(c.current_gbps), "—" if c.change is None else f"{c.change:+.1%}",
-                      "—" if c.p_value is None else f"{c.p_value:.2g}", (c.note or "")[:80])
-    return table
+    return comparison_output(CompareView(list(comparisons), max_drop, regression=has_regression(comparisons)), show_all)
+
+
+def comparison_output(view, show_all: bool = False):
+    """`bwbench compare` for people: the summary line, the ratio summary across GPUs, then a table per
+    suite of what changed, one column per axis; unchanged records, and the records of baseline suites
+    the current run did not include, only with --all (those suites get one line)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from .comparison import (axis_cells, axis_names, left_out_lines, listed, number_text, ratio_headline,
+                             ratio_matrix, summary_line)
+    from .gate import absent_suites
+
+    style = "bold red" if view.regression else "green"
+    parts: list = [Text(summary_line(view), style=style)]
+    if view.different_gpus:
+        impls, rows = ratio_matrix(view)
+        ratios = Table(title=Text(ratio_headline(view) + " · geometric mean of GB/s ratios per suite"),
+                       title_justify="left")
+        ratios.add_column("suite")
+        for impl in impls:
+            ratios.add_column(Text(impl), justify="right")
+        for label, cells in rows:
+            ratios.add_row(Text(label), *cells)
+        parts.append(ratios)
+    absent = {} if show_all else absent_suites(view.comparisons)
+    shown = listed(view, show_all, absent)
+    for suite in dict.fromkeys(c.suite for c in shown):
+        axes = axis_names(view, suite)
+        table = Table(title=Text(suite, style="bold"), title_justify="left")
+        table.add_column("verdict")
+        for axis in axes:
+            table.add_column(Text(axis), overflow="fold")
+        for col, justify in (("dtype", "left"), ("impl", "left"), ("baseline GB/s", "right"),
+                             ("current GB/s", "right"), ("change", "right"), ("p", "right"), ("note", "left")):
+            table.add_column(col, justify=justify, overflow="fold")
+        for c in (c for c in shown if c.suite == suite):
+            color = VERDICT_STYLE.get(c.verdict)
+            verdict = Text(c.verdict, style=color) if color else Text(c.verdict)
+            table.add_row(verdict, *(Text(x) for x in axis_cells(view, c, axes)), Text(c.dtype), Text(c.impl), number_text(c.baseline_gbps, ",.0f"),
+                          number_text(c.current_gbps, ",.0f"), number_text(c.change, "+.1%"),
+                          number_text(c.p_value, ".2g"), Text(_short(c.note or "", 80)))
+        parts.append(table)
+    parts += [Text(line) for line in left_out_lines(view, show_all, absent)]
+    return Group(*parts)
+
+
+def _short(text: str, limit: int) -> str:
+    """Notes cut for the terminal (the JSON and markdown keep them whole)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -238,31 +238,8 @@ def parse_fraction(text: str) -> float:
     return value
 
 
-def _md(text: str) -> str:
-    """Text from a results file, made inert in a markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+def markdown(comparisons: Sequence[Comparison], max_drop: float, show_all: bool = False) -> str:
+    """A table for a CI job summary, regressions first (the layout lives in comparison.py)."""
+    from .comparison import CompareView, markdown as render
 
-
-def markdown(comparisons: Sequence[Comparison], max_drop: float) -> str:
-    """A table for a CI job summary, regressions first."""
-    order = {v: i for i, v in enumerate(LISTING_ORDER)}
-    rows = sorted(comparisons, key=lambda c: order.get(c.verdict, 99))
-    counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
-    head = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    status = "❌ regression" if has_regression(comparisons) else "✅ no regression"
-    lines = [f"**bwbench compare**: {status} (threshold {max_drop:.1%}; {head})", "",
-             "| verdict | suite | case | dtype | impl | baseline GB/s | current GB/s | change | p | note |",
-             "|---|---|---|---|---|---:|---:|---:|---:|---|"]
-    absent = absent_suites(comparisons)
-    for c in rows:
-        if c.suite in absent:
-            continue
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            c.verdict, _md(c.suite), _md(c.case), _md(c.dtype), _md(c.impl),
-            "—" if c.baseline_gbps is None else f"{c.baseline_gbps:,.0f}",
-            "—" if c.current_gbps is None else f"{c.current_gbps:,.0f}",
-            "—" if c.change is None else f"{c.change:+.1%}",
-            "—" if c.p_value is None else f"{c.p_value:.2g}", _md(c.note)))
-    if absent:
-        lines += ["", _md(absent_line(absent))]
-    return "\n".join(lines) + "\n"
+    return render(CompareView(list(comparisons), max_drop, regression=has_regression(comparisons)), show_all)

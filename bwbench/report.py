@@ -1,23 +1,35 @@
-"""The HTML report: one self-contained page of charts and tables made from results files.
+"""The HTML report: one self-contained page that answers first, then shows the detail.
 
-It reads only `RunDocument`s, so it runs on any machine (no GPU, no network). plotly.js is inlined
-once, so the page opens offline and can be mailed or attached to a CI run as a single file.
-Everything a results file says is treated as untrusted text: HTML-escaped in the page, and stripped
-of angle brackets before it reaches plotly (which renders a subset of HTML tags in its labels).
+Order: the summary (per suite and implementation: % of copy, speedups over the baselines and, with
+several runs, the ratio between runs beside the ratio of the cards' copy bandwidths and peaks), a
+table of contents, a section per suite and dtype (charts, then tables folded away), the environment
+last. It reads only `RunDocument`s, so it runs on any machine (no GPU, no network).
+
+plotly.js travels once, gzip-compressed inside the page, and is unpacked by the browser
+(DecompressionStream): the page opens offline at under half the size of the plain bundle. Everything
+a results file says is treated as untrusted text: HTML-escaped in the page, kept out of script
+context in the chart data, and stripped of angle brackets before it reaches plotly's labels.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
+import gzip
 import html
 import json
 import math
 import re
+from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from . import report_charts as charts
 from .results import Record, RunDocument, memory_text
 from .suite import COPY_IMPL, format_value
+from .summary import (copy_shares, environment_ratio, group_label, groups_of, is_baseline, run_ratios, speedups,
+                      suite_meta)
 
 ENVIRONMENT_ROWS = (
     ("gpu_name", "GPU"),
@@ -40,41 +52,45 @@ ENVIRONMENT_ROWS = (
 )
 
 BASELINE_IMPL = "torch"
-"""Speedups in the tables are against eager PyTorch: torch median time / implementation median time."""
+"""Speedups in the per-case tables are against eager PyTorch: torch median time / implementation median time."""
 
 MISSING = "—"
 
-IMPL_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-               "#17becf", "#bcbd22", "#7f7f7f")
-COPY_COLOR = "#555555"
-PEAK_COLORS = ("#b22222", "#8b008b", "#006400", "#00008b")
-DOC_DASHES = ("solid", "dashdot", "longdashdot", "longdash")
-SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
-
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1d1d1f;
        background: #fff; }
-main { max-width: 1300px; margin: 0 auto; padding: 1em 2em 3em; }
-h1 { font-size: 1.6em; margin-bottom: 0.2em; }
-h2 { font-size: 1.3em; margin-top: 2em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; }
-h3 { font-size: 1.1em; margin-top: 1.5em; }
-p.sub, p.desc { color: #555; margin-top: 0.2em; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
-th, td { border: 1px solid #bbb; padding: 0.25em 0.55em; text-align: left; vertical-align: top; }
-th { background: #f2f2f2; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.failed { background: #fde2e2; color: #a00; font-weight: 600; text-align: center; }
-td.skipped { background: #f4f4f4; color: #777; text-align: center; }
-td.missing { color: #aaa; text-align: center; }
+main { max-width: 1300px; margin: 0 auto; padding: 0.6em 1.5em 3em; }
+h1 { font-size: 1.5em; margin: 0.3em 0 0.1em; }
+h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; }
+h3 { font-size: 1.02em; margin: 1em 0 0.3em; }
+p.sub, p.desc { color: #555; margin: 0.2em 0; }
+table { border-collapse: collapse; margin: 0.4em 0; font-size: 0.86em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.45em; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.cases td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.failed, table.cases td.failed { background: #fde2e2; color: #a00; font-weight: 600; text-align: center; }
+td.skipped, table.cases td.skipped { background: #f4f4f4; color: #777; text-align: center; }
+td.missing, table.cases td.missing { color: #aaa; text-align: center; }
+td.up { background: #e3f4e3; } td.down { background: #fbe3e3; }
+.scroll { max-width: 100%; overflow-x: auto; }
 .throttled { color: #b36b00; font-size: 0.85em; white-space: nowrap; }
-.notice { background: #fff4d6; border: 1px solid #e0b400; padding: 0.5em 0.8em; margin: 0.6em 0; }
-.tables { display: flex; flex-wrap: wrap; gap: 2em; }
-.chart { border: 1px solid #e4e4e4; margin: 0.8em 0; }
-ul.failures li { margin: 0.2em 0; }
+.notice { background: #fff4d6; border: 1px solid #e0b400; padding: 0.4em 0.8em; margin: 0.5em 0; }
+.tables { display: flex; flex-wrap: wrap; gap: 1.5em; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 0.8em; }
+.charts.wide { grid-template-columns: 1fr; }
+.chart-box { border: 1px solid #e4e4e4; min-width: 0; }
+.chart-box .caption { font-size: 0.85em; color: #444; padding: 0.3em 0.6em 0; }
+.chart { height: 380px; }
+.selector { margin: 0.3em 0; font-size: 0.9em; }
+details { margin: 0.3em 0; } summary { cursor: pointer; color: #234; }
+nav#contents ul { columns: 3 16em; margin: 0.3em 0; padding-left: 1.2em; }
+#summary .lead { font-size: 1.02em; margin: 0.3em 0; }
+ul.failures li { margin: 0.15em 0; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.92em; }
-pre#bwbench-js-errors:not(:empty) { background: #fde2e2; color: #a00; padding: 0.5em; }
+#bwbench-page-errors pre { background: #fde2e2; color: #a00; padding: 0.5em; white-space: pre-wrap; }
 """
 
 ERROR_COLLECTOR_JS = """
@@ -83,9 +99,12 @@ window.__bwbenchErrors = [];
   function show() {
     var el = document.getElementById('bwbench-js-errors');
     if (el) { el.textContent = window.__bwbenchErrors.join('\\n'); }
+    var box = document.getElementById('bwbench-page-errors');
+    if (box && window.__bwbenchErrors.length) { box.hidden = false; }
   }
   function add(text) { window.__bwbenchErrors.push(String(text)); show(); }
   window.__bwbenchShowErrors = show;
+  window.__bwbenchAddError = add;
   window.addEventListener('error', function (e) {
     add('error: ' + (e.message || (e.target && (e.target.src || e.target.href)) || e) +
         (e.filename ? ' (' + e.filename + ':' + e.lineno + ')' : ''));
@@ -97,10 +116,50 @@ window.__bwbenchErrors = [];
 })();
 """
 
-ERROR_FLUSH_JS = "window.__bwbenchShowErrors && window.__bwbenchShowErrors();"
+CHART_LOADER_JS = """
+(function () {
+  var config = %(config)s;
+  function specs() { return Array.prototype.slice.call(document.querySelectorAll('script.bwbench-figure')); }
+  async function unpack() {
+    var packed = document.getElementById('bwbench-plotly');
+    if (!packed || !specs().length) { return false; }
+    if (!window.DecompressionStream) { throw new Error('this browser cannot unpack the charts (no DecompressionStream)'); }
+    var raw = atob(packed.textContent.trim());
+    var bytes = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) { bytes[i] = raw.charCodeAt(i); }
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    var code = await new Response(stream).text();
+    var script = document.createElement('script');
+    script.textContent = code;
+    document.head.appendChild(script);
+    return true;
+  }
+  function select(sel) {
+    var combo = Number(sel.value);
+    sel.getAttribute('data-charts').split(' ').forEach(function (id) {
+      var div = document.getElementById(id);
+      if (!div || !div.data) { return; }
+      var visible = div.data.map(function (t) { return !t.meta || t.meta.combo === undefined || t.meta.combo === combo; });
+      Plotly.restyle(div, {visible: visible});
+    });
+  }
+  async function draw() {
+    if (!(await unpack())) { return; }
+    for (const spec of specs()) {
+      var figure = JSON.parse(spec.textContent);
+      await Plotly.newPlot(document.getElementById(spec.getAttribute('data-target')), figure.data, figure.layout, config);
+    }
+    document.querySelectorAll('select.bwbench-combo').forEach(function (sel) {
+      sel.addEventListener('change', function () { select(sel); });
+    });
+    document.body.setAttribute('data-charts', 'drawn');
+  }
+  draw().catch(function (e) { window.__bwbenchAddError('charts: ' + (e && e.message ? e.message : e)); });
+})();
+"""
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                           "img-src data: blob:; font-src data:")
+                           "img-src data: blob:; font-src data:; connect-src data: blob:")
 """Nothing outside the file may load: proves the page is offline and blocks any injected external script."""
 
 
@@ -115,34 +174,85 @@ def write_report(documents: list[tuple[str, RunDocument]], path: Path, title: st
 
 
 def render_html(documents: list[tuple[str, RunDocument]], title: str | None = None) -> str:
-    """The whole report page as one HTML string (plotly.js inlined once, no external resources)."""
+    """The whole report page as one HTML string (plotly.js packed once, no external resources)."""
     if not documents:
         raise ValueError("a report needs at least one results document")
     documents = list(documents)
     title = title or default_title(documents)
-    parts: list[Any] = [f"<h1>{esc(title)}</h1>", _subtitle(documents)]
+    groups = suite_dtype_groups(documents)
+    sections = [_group_section(documents, suite, dtype, index) for index, (suite, dtype) in enumerate(groups)]
+    figures = [spec for _, specs in sections for spec in specs]
+    parts = [f"<h1>{esc(title)}</h1>", _subtitle(documents)]
     parts += [_run_notices(label, doc, len(documents) > 1) for label, doc in documents]
+    parts += [summary_section(documents), _contents(documents, groups)]
+    parts += [body for body, _ in sections]
     parts += [_environment_section(documents), _options_section(documents)]
-    for suite, dtype in suite_dtype_groups(documents):
-        parts += _group_section(documents, suite, dtype)
-    return _page(title, _realize(parts))
+    return _page(title, "\n".join(p for p in parts if p), figures)
 
 
 def default_title(documents: Sequence[tuple[str, RunDocument]]) -> str:
     """'bwbench: softmax, layernorm' so a saved page says what it holds."""
     suites = _unique(r.suite for _, doc in documents for r in doc.records)
+    if len(suites) > 4:
+        return f"bwbench report: {len(suites)} suites"
     return "bwbench report" + (": " + ", ".join(suites) if suites else "")
 
 
 def suite_dtype_groups(documents: Sequence[tuple[str, RunDocument]]) -> list[tuple[str, str]]:
     """The (suite, dtype) pairs present in the records, in the order they were measured."""
-    return _unique((r.suite, r.dtype) for _, doc in documents for r in doc.records)
+    return groups_of([doc for _, doc in documents])
+
+
+class ReportFilterError(ValueError):
+    """A --suite/--impl/--dtype name that none of the runs has."""
+
+
+def filter_documents(documents: Sequence[tuple[str, RunDocument]], suites: Sequence[str] = (),
+                     impls: Sequence[str] = (), dtypes: Sequence[str] = ()) -> list[tuple[str, RunDocument]]:
+    """Keep only the chosen suites, implementations (the copy ceiling always stays) and dtypes."""
+    records = [r for _, doc in documents for r in doc.records]
+    for wanted, attr, option in ((suites, "suite", "--suite"), (impls, "impl", "--impl"), (dtypes, "dtype", "--dtype")):
+        known = _unique(getattr(r, attr) for r in records)
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise ReportFilterError(f"{option} {', '.join(unknown)}: not in these results; they have "
+                                    f"{', '.join(str(k) for k in known if k != COPY_IMPL)}")
+
+    def keep(r: Record) -> bool:
+        return ((not suites or r.suite in suites) and (not dtypes or r.dtype in dtypes)
+                and (not impls or r.impl in impls or r.impl == COPY_IMPL))
+
+    return [(label, replace(doc, records=[r for r in doc.records if keep(r)])) for label, doc in documents]
 
 
 # --- page assembly ---------------------------------------------------------------------------
 
-def _page(title: str, body: str) -> str:
-    """Wrap the body in a page whose error collector runs before any other script."""
+@lru_cache(maxsize=1)
+def packed_plotly_js() -> str:
+    """plotly.min.js, gzip-compressed and base64-encoded (about 2 MB instead of 4.8 MB)."""
+    from plotly.offline import get_plotlyjs
+
+    return base64.b64encode(gzip.compress(get_plotlyjs().encode("utf-8"), 9, mtime=0)).decode("ascii")
+
+
+def script_json(value: Any) -> str:
+    """JSON that cannot leave its <script> element: '<', '>' and '&' written as \\u escapes."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
+def _page(title: str, body: str, figures: Sequence[tuple[str, dict]]) -> str:
+    """Wrap the body; the error collector runs before any other script, the chart data comes last."""
+    specs = "".join(f"<script type=\"application/json\" class=\"bwbench-figure\" data-target=\"{esc(div)}\">"
+                    f"{script_json(_clean(fig))}</script>\n" for div, fig in figures)
+    plotly = (f"<script type=\"application/octet-stream\" id=\"bwbench-plotly\">{packed_plotly_js()}</script>\n"
+              f"<script>{CHART_LOADER_JS % {'config': json.dumps(PLOTLY_CONFIG)}}</script>\n") if figures else ""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">\n"
@@ -150,38 +260,31 @@ def _page(title: str, body: str) -> str:
         f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n<script>{ERROR_COLLECTOR_JS}</script>\n"
         "</head>\n<body>\n<main>\n"
         f"{body}\n"
-        "<h2>Page errors</h2>\n<p class=\"sub\">JavaScript errors on this page are listed here "
-        "(empty when the charts rendered cleanly).</p>\n"
-        "<pre id=\"bwbench-js-errors\"></pre>\n"
-        f"<script>{ERROR_FLUSH_JS}</script>\n"
-        "</main>\n</body>\n</html>\n"
+        "<section id=\"bwbench-page-errors\" hidden><h2>Page errors</h2>"
+        "<p class=\"sub\">JavaScript errors while drawing this page.</p><pre id=\"bwbench-js-errors\"></pre></section>\n"
+        "</main>\n"
+        f"{specs}{plotly}"
+        "</body>\n</html>\n"
     )
 
 
-def _realize(parts: Iterable[Any]) -> str:
-    """Turn figures into HTML in page order, so only the first one carries plotly.js."""
-    out, charts = [], 0
-    for part in parts:
-        if isinstance(part, str):
-            out.append(part)
-        else:
-            out.append(_figure_html(part, f"bwbench-chart-{charts}", include_js=charts == 0))
-            charts += 1
-    return "\n".join(out)
-
-
-def _figure_html(fig, div_id: str, include_js: bool) -> str:
-    """One chart's div and script; plotly's JSON encoder escapes '<', '>' and '/' inside strings."""
-    inner = fig.to_html(full_html=False, include_plotlyjs=include_js, div_id=div_id,
-                        config=PLOTLY_CONFIG, include_mathjax=False)
-    return f"<div class=\"chart\">{inner}</div>"
+def _clean(value: Any) -> Any:
+    """NaN and infinity become null: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
 
 
 def _subtitle(documents: Sequence[tuple[str, RunDocument]]) -> str:
     """One line naming the runs compared."""
     labels = ", ".join(esc(label) for label, _ in documents)
     count = sum(len(doc.records) for _, doc in documents)
-    return f"<p class=\"sub\">Runs: {labels} · {count} records · effective bandwidth = bytes moved / median time</p>"
+    return (f"<p class=\"sub\">Runs: {labels} · {count} records · effective bandwidth = bytes moved / median time; "
+            "% of copy = against a device copy of the same size measured in the same run</p>")
 
 
 def _run_notices(label: str, doc: RunDocument, show_label: bool) -> str:
@@ -195,6 +298,155 @@ def _run_notices(label: str, doc: RunDocument, show_label: bool) -> str:
     return ""
 
 
+def _contents(documents: Sequence[tuple[str, RunDocument]], groups: Sequence[tuple[str, str]]) -> str:
+    dtypes_per_suite = _dtype_counts(groups)
+    items = "".join(f"<li><a href=\"#{esc(_anchor(s, d))}\">{esc(group_label(s, d, dtypes_per_suite[s]))}</a></li>"
+                    for s, d in groups)
+    items += "<li><a href=\"#environment\">Environment and options</a></li>"
+    return f"<nav id=\"contents\"><h2>Contents</h2><ul>{items}</ul></nav>"
+
+
+def _dtype_counts(groups: Sequence[tuple[str, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for suite, _dtype in groups:
+        counts[suite] = counts.get(suite, 0) + 1
+    return counts
+
+
+# --- the summary -----------------------------------------------------------------------------
+
+def summary_section(documents: Sequence[tuple[str, RunDocument]]) -> str:
+    """What a reader came for, in the first screen: between runs the speed ratios per suite and
+    implementation (beside the copy and peak ratios), then % of copy and speedups per run."""
+    groups = suite_dtype_groups(documents)
+    dtype_counts = _dtype_counts(groups)
+    parts = ["<section id=\"summary\"><h2>Summary</h2>"]
+    if len(documents) > 1:
+        first_label, first = documents[0]
+        for label, doc in documents[1:]:
+            parts.append(_runs_ratio_table(first_label, first, label, doc, groups, dtype_counts, documents))
+    parts.append(_copy_share_table(documents, groups, dtype_counts))
+    parts.append(_speedup_table(documents, groups, dtype_counts))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _ratio_text(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}×"
+
+
+def _runs_ratio_table(first_label, first, label, doc, groups, dtype_counts, documents) -> str:
+    """Rows: suite (and dtype); columns: the copy, then each implementation; cells: geometric-mean
+    GB/s ratio over the cases both runs measured, tinted where it beats or trails the copy's ratio."""
+    copy_ratio, peak_ratio = environment_ratio(first, doc, "copy_gbps"), environment_ratio(first, doc, "peak_gbps")
+    ratios = {(r.suite, r.dtype, r.impl): r for r in run_ratios(first, doc)}
+    impls = _summary_impls(documents, groups)
+    head = "".join(f"<th class=\"num\">{esc(i)}</th>" for i in impls)
+    rows = []
+    for suite, dtype in groups:
+        copy = ratios.get((suite, dtype, COPY_IMPL))
+        cells = f"<td class=\"num\">{_ratio_text(copy.ratio if copy else None)}</td>"
+        for impl in impls:
+            r = ratios.get((suite, dtype, impl))
+            if r is None:
+                cells += f"<td class=\"missing\">{MISSING}</td>"
+                continue
+            tint = ""
+            if copy is not None:
+                rel = r.ratio / copy.ratio
+                tint = " up" if rel >= 1.05 else (" down" if rel <= 0.95 else "")
+            title = f"{r.cases} cases, {r.lowest:.2f}× to {r.highest:.2f}×"
+            cells += f"<td class=\"num{tint}\" title=\"{esc(title)}\">{r.ratio:.2f}×</td>"
+        if any((suite, dtype, i) in ratios for i in [COPY_IMPL, *impls]):
+            rows.append(f"<tr><th>{esc(group_label(suite, dtype, dtype_counts[suite]))}</th>{cells}</tr>")
+        else:
+            rows.append(f"<tr><th>{esc(group_label(suite, dtype, dtype_counts[suite]))}</th>"
+                        f"<td class=\"missing\" colspan=\"{len(impls) + 1}\">in one run only</td></tr>")
+    lead = (f"<p class=\"lead\"><b>{esc(label)} against {esc(first_label)}</b>: device copy "
+            f"{_ratio_text(copy_ratio)}, theoretical peak {_ratio_text(peak_ratio)}. Each cell: "
+            f"{esc(label)} GB/s / {esc(first_label)} GB/s, geometric mean over the cases both measured; "
+            "green where an implementation gains 5% more than the same-size copy does, red where it gains 5% less.</p>")
+    return (f"{lead}<div class=\"scroll\"><table class=\"summary ratios\"><thead><tr><th>suite</th>"
+            f"<th class=\"num\">copy</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _summary_impls(documents, groups) -> list[str]:
+    """Implementations over all suites: those under test first, then the baselines, in suite order."""
+    tested, baselines = [], []
+    for suite, _dtype in groups:
+        meta = suite_meta([d for _, d in documents], suite)
+        for _, doc in documents:
+            for r in doc.records:
+                if r.suite != suite or r.impl == COPY_IMPL:
+                    continue
+                target = baselines if is_baseline(meta, r.impl, r.kind) else tested
+                if r.impl not in tested and r.impl not in baselines:
+                    target.append(r.impl)
+    return tested + baselines
+
+
+def _copy_share_table(documents, groups, dtype_counts) -> str:
+    """Per run, suite and implementation: the median % of copy over the cases, and the lowest."""
+    impls = _summary_impls(documents, groups)
+    shares = [{(s.suite, s.dtype, s.impl): s for s in copy_shares(doc)} for _, doc in documents]
+    multi = len(documents) > 1
+    head = ("<th>run</th>" if multi else "") + "".join(f"<th class=\"num\">{esc(i)}</th>" for i in impls)
+    rows = []
+    for suite, dtype in groups:
+        for k, (label, _doc) in enumerate(documents):
+            found = [shares[k].get((suite, dtype, i)) for i in impls]
+            if not any(found):
+                continue
+            cells = "".join(_share_cell(s) for s in found)
+            run = f"<td>{esc(label)}</td>" if multi else ""
+            rows.append(f"<tr><th>{esc(group_label(suite, dtype, dtype_counts[suite]))}</th>{run}{cells}</tr>")
+    return ("<h3>% of copy: median over the cases (lowest)</h3><div class=\"scroll\"><table class=\"summary shares\">"
+            f"<thead><tr><th>suite</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _share_cell(share) -> str:
+    if share is None:
+        return f"<td class=\"missing\">{MISSING}</td>"
+    if share.median_pct is None:
+        if share.failed:
+            return f"<td class=\"failed\" title=\"no successful measurement\">{share.failed} failed</td>"
+        return "<td class=\"skipped\">skipped</td>"
+    title = f"{share.cases} cases; lowest at {share.lowest_case}"
+    if share.failed:
+        title += f"; {share.failed} failed"
+    failed = f" <span class=\"throttled\">{share.failed} failed</span>" if share.failed else ""
+    return f"<td class=\"num\" title=\"{esc(title)}\">{share.median_pct:.0f}% ({share.lowest_pct:.0f}%){failed}</td>"
+
+
+def _speedup_table(documents, groups, dtype_counts) -> str:
+    """Each implementation under test against each baseline: geometric-mean speedup per run."""
+    per_run = [speedups(doc) for _, doc in documents]
+    baselines = _unique(s.baseline for run in per_run for s in run)
+    rows_keys = _unique((s.suite, s.dtype, s.impl) for run in per_run for s in run)
+    if not rows_keys:
+        return ""
+    found = [{(s.suite, s.dtype, s.impl, s.baseline): s for s in run} for run in per_run]
+    labels = [label for label, _ in documents]
+    rows = []
+    order = {g: i for i, g in enumerate(groups)}
+    for suite, dtype, impl in sorted(rows_keys, key=lambda k: order.get((k[0], k[1]), 0)):
+        cells = ""
+        for base in baselines:
+            values = [f.get((suite, dtype, impl, base)) for f in found]
+            if not any(values):
+                cells += f"<td class=\"missing\">{MISSING}</td>"
+                continue
+            text = " / ".join(_ratio_text(v.ratio if v else None) for v in values)
+            title = "; ".join(f"{lab}: {v.cases} cases" for lab, v in zip(labels, values) if v)
+            cells += f"<td class=\"num\" title=\"{esc(title)}\">{text}</td>"
+        rows.append(f"<tr><th>{esc(group_label(suite, dtype, dtype_counts[suite]))}</th><td>{esc(impl)}</td>{cells}</tr>")
+    head = "".join(f"<th class=\"num\">vs {esc(b)}</th>" for b in baselines)
+    runs = f" ({' / '.join(esc(l) for l in labels)})" if len(documents) > 1 else ""
+    return (f"<h3>Speedup over each baseline: geometric mean of baseline time / time{runs}</h3>"
+            f"<div class=\"scroll\"><table class=\"summary speedups\"><thead><tr><th>suite</th><th>under test</th>"
+            f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
 # --- environment and options -----------------------------------------------------------------
 
 def _environment_section(documents: Sequence[tuple[str, RunDocument]]) -> str:
@@ -205,8 +457,8 @@ def _environment_section(documents: Sequence[tuple[str, RunDocument]]) -> str:
         cells = "".join(f"<td>{esc(format_environment_value(key, doc.environment.get(key)))}</td>"
                         for _, doc in documents)
         rows.append(f"<tr><th>{esc(name)}</th>{cells}</tr>")
-    return (f"<h2>Environment</h2>\n<table class=\"environment\"><thead><tr><th></th>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return (f"<h2 id=\"environment\">Environment</h2>\n<div class=\"scroll\"><table class=\"environment\"><thead>"
+            f"<tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def format_environment_value(key: str, value: Any) -> str:
@@ -228,7 +480,7 @@ def format_environment_value(key: str, value: Any) -> str:
 
 
 def _options_section(documents: Sequence[tuple[str, RunDocument]]) -> str:
-    """The run's options, one small table per document."""
+    """The run's options, one small table per document, folded away."""
     tables = []
     for label, doc in documents:
         rows = "".join(f"<tr><th>{esc(key)}</th><td class=\"mono\">{esc(format_option(value))}</td></tr>"
@@ -236,7 +488,7 @@ def _options_section(documents: Sequence[tuple[str, RunDocument]]) -> str:
         rows = rows or f"<tr><td>{MISSING}</td></tr>"
         caption = f"<caption>{esc(label)}</caption>" if len(documents) > 1 else ""
         tables.append(f"<table class=\"options\">{caption}<tbody>{rows}</tbody></table>")
-    return f"<h2>Run options</h2>\n<div class=\"tables\">{''.join(tables)}</div>"
+    return (f"<details><summary>Run options</summary><div class=\"tables scroll\">{''.join(tables)}</div></details>")
 
 
 def format_option(value: Any) -> str:
@@ -252,56 +504,84 @@ def format_option(value: Any) -> str:
 
 # --- one (suite, dtype) section --------------------------------------------------------------
 
-def _group_section(documents: Sequence[tuple[str, RunDocument]], suite: str, dtype: str) -> list[Any]:
-    """Heading, bandwidth chart, %-of-copy chart, and per-document tables for one suite and dtype."""
+def _group_section(documents: Sequence[tuple[str, RunDocument]], suite: str, dtype: str,
+                   index: int) -> tuple[str, list[tuple[str, dict]]]:
+    """Heading, charts (with a selector for the other axes), then the tables folded away.
+    Returns the HTML and the (div id, figure) pairs the page draws."""
     meta = _suite_meta(documents, suite)
-    groups = [(label, doc, [r for r in doc.records if r.suite == suite and r.dtype == dtype])
-              for label, doc in documents]
-    records = [r for _, _, recs in groups for r in recs]
+    runs = [(label, doc, [r for r in doc.records if r.suite == suite and r.dtype == dtype])
+            for label, doc in documents]
+    records = [r for _, _, recs in runs for r in recs]
     x_axis = meta.get("x_axis") or _last_param(records)
-    series_axes = varying_axes(records, x_axis)
     multi = len(documents) > 1
-    parts: list[Any] = [f"<h2 id=\"{esc(_anchor(suite, dtype))}\">{esc(suite)} · {esc(dtype)}</h2>",
-                        _suite_description(meta, records, x_axis, series_axes)]
+    impls = implementation_order(meta, records)
+    kinds = {r.impl: r.kind for r in records}
+    for name, info in (meta.get("implementations") or {}).items():
+        if isinstance(info, dict) and info.get("kind"):
+            kinds.setdefault(name, str(info["kind"]))
+    present = [run for run in runs if run[2]]
+    parts = [f"<section class=\"suite\"><h2 id=\"{esc(_anchor(suite, dtype))}\">{esc(suite)} · {esc(dtype)}</h2>"]
+    figures: list[tuple[str, dict]] = []
+    section = charts.make_section(suite, dtype, present, impls, kinds, x_axis)
+    parts.append(_suite_description(meta, records, x_axis, section))
     if any(is_plottable(r) for r in records):
-        impls = implementation_order(meta, records)
-        parts.append(_bandwidth_figure(groups, suite, dtype, x_axis, series_axes, impls, multi))
-        parts.append(_pct_copy_figure(groups, suite, dtype, x_axis, series_axes, impls, multi))
-        if multi:
-            parts.append(_pct_peak_figure(groups, suite, dtype, x_axis, series_axes, impls, multi))
-            parts.append(_ratio_table(groups, meta))
+        ids = [f"chart-{index}-a", f"chart-{index}-b"]
+        parts.append(_selector(section, ids))
+        second = charts.ratio_chart(section) if len(present) > 1 else charts.copy_share_chart(section)
+        second_caption = (f"GB/s ratio to {esc(present[0][0])} per case, with the ratio of the theoretical peaks"
+                          if len(present) > 1 else "% of the same-size copy (100% = as fast as a copy)")
+        parts.append(f"<div class=\"charts{' wide' if section.wide else ''}\">"
+                     f"{_chart_box(ids[0], 'Effective bandwidth (median), same-size copy dashed, peak dotted')}"
+                     f"{_chart_box(ids[1], second_caption)}</div>")
+        figures += [(ids[0], charts.bandwidth_chart(section)), (ids[1], second)]
     else:
         parts.append("<p class=\"notice\">No successful measurements to plot.</p>")
-    for label, doc, recs in groups:
-        if recs:
-            parts.append(_case_table(label if multi else None, recs, meta, x_axis))
-            parts.append(_profile_table(recs))
-            parts.append(_problem_lists(recs))
-    return parts
+    if multi and len(present) > 1:
+        parts.append(_folded("Runs side by side: median GB/s and ratios", _ratio_table(present, meta)))
+    for label, doc, recs in present:
+        title = f"Per case: GB/s, % of copy, speedup vs {BASELINE_IMPL}" + (f" · {label}" if multi else "")
+        parts.append(_folded(title, _case_table(recs, meta) + _profile_table(recs)))
+    parts.append(_problem_lists(present))
+    parts.append("</section>")
+    return "\n".join(p for p in parts if p), figures
+
+
+def _chart_box(div_id: str, caption: str) -> str:
+    return (f"<div class=\"chart-box\"><div class=\"caption\">{caption}</div>"
+            f"<div class=\"chart\" id=\"{esc(div_id)}\"></div></div>")
+
+
+def _folded(summary: str, body: str) -> str:
+    return f"<details><summary>{esc(summary)}</summary><div class=\"scroll\">{body}</div></details>"
+
+
+def _selector(section, ids: Sequence[str]) -> str:
+    """A drop-down for the other axes' combinations (layout, variant, direction): one chart each."""
+    if len(section.combos) <= 1:
+        return ""
+    options = "".join(f"<option value=\"{i}\">{esc(', '.join(combo))}</option>" for i, combo in enumerate(section.combos))
+    return (f"<p class=\"selector\"><label>{esc(' · '.join(section.other_axes))}: "
+            f"<select class=\"bwbench-combo\" data-charts=\"{esc(' '.join(ids))}\">{options}</select></label></p>")
 
 
 def _suite_meta(documents: Sequence[tuple[str, RunDocument]], suite: str) -> dict[str, Any]:
     """The suite's description from the first document that has it (reports never import suites)."""
-    for _, doc in documents:
-        meta = (doc.suites or {}).get(suite)
-        if isinstance(meta, dict):
-            return meta
-    return {}
+    return suite_meta([doc for _, doc in documents], suite)
 
 
-def _suite_description(meta: dict[str, Any], records: Sequence[Record], x_axis: str | None,
-                       series_axes: Sequence[str]) -> str:
+def _suite_description(meta: dict[str, Any], records: Sequence[Record], x_axis: str | None, section) -> str:
     """What the suite measures, the fixed axis values, and what each implementation is."""
     bits = []
-    if meta.get("description"):
-        bits.append(f"<p class=\"desc\">{esc(meta['description'])}</p>")
-    fixed = fixed_axes(records, x_axis, series_axes)
+    fixed = fixed_axes(records, x_axis, section.other_axes)
+    text = esc(meta.get("description") or "")
     if fixed:
-        text = ", ".join(f"{k}={v}" for k, v in fixed.items())
-        bits.append(f"<p class=\"sub\">Fixed: {esc(text)}</p>")
+        text += (" · " if text else "") + "fixed: " + esc(", ".join(f"{k}={v}" for k, v in fixed.items()))
+    if text:
+        bits.append(f"<p class=\"desc\">{text}</p>")
     impls = meta.get("implementations") or {}
     if isinstance(impls, dict) and impls:
-        items = "".join(f"<li><b>{esc(name)}</b> ({esc((info or {}).get('kind', '?'))}): "
+        items = "".join(f"<li><b>{esc(name)}</b> ({esc((info or {}).get('kind', '?'))}"
+                        f"{', baseline' if is_baseline(meta, name) else ''}): "
                         f"{esc((info or {}).get('description', ''))}</li>"
                         for name, info in impls.items() if isinstance(info, dict) or info is None)
         bits.append(f"<details><summary>Implementations</summary><ul>{items}</ul></details>")
@@ -309,7 +589,7 @@ def _suite_description(meta: dict[str, Any], records: Sequence[Record], x_axis: 
 
 
 def _anchor(suite: str, dtype: str) -> str:
-    return f"suite-{suite}-{dtype}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"suite-{suite}-{dtype}")
 
 
 # --- records: axes, ordering, numbers --------------------------------------------------------
@@ -328,7 +608,7 @@ def implementation_order(meta: dict[str, Any], records: Sequence[Record]) -> lis
 
 
 def varying_axes(records: Sequence[Record], x_axis: str | None) -> list[str]:
-    """Axes other than x that take several values: each combination becomes its own trace."""
+    """Axes other than x that take several values."""
     axes = _unique(k for r in records for k in r.params)
     return [a for a in axes if a != x_axis and len(_unique(_axis_text(r, a) for r in records)) > 1]
 
@@ -337,12 +617,6 @@ def fixed_axes(records: Sequence[Record], x_axis: str | None, series_axes: Seque
     """Axes with one value in this section (shown once instead of on every trace)."""
     axes = _unique(k for r in records for k in r.params)
     return {a: _axis_text(records[0], a) for a in axes if a != x_axis and a not in series_axes}
-
-
-def x_is_numeric(records: Sequence[Record], x_axis: str | None) -> bool:
-    """A log axis only makes sense when every x value is a positive number."""
-    values = [r.params.get(x_axis) if x_axis else None for r in records]
-    return bool(values) and all(_positive_number(v) for v in values)
 
 
 def bandwidth_range(record: Record) -> tuple[float, float] | None:
@@ -375,35 +649,13 @@ def throttle_note(record: Record) -> str | None:
     return str(flag) if not isinstance(flag, bool) else "clocks throttled during the measurement"
 
 
-def _series_key(record: Record, series_axes: Sequence[str]) -> tuple[str, ...]:
-    return tuple(f"{a}={_axis_text(record, a)}" for a in series_axes)
-
-
-def _x_value(record: Record, x_axis: str | None, numeric: bool) -> Any:
-    value = record.params.get(x_axis) if x_axis else None
-    if numeric:
-        return value
-    return plot_text(format_value(value) if value is not None else record.case)
-
-
 def _axis_text(record: Record, axis: str) -> str:
     value = record.params.get(axis)
     return MISSING if value is None else format_value(value)
 
 
 def _sort_key(record: Record, axes: Sequence[str]) -> tuple:
-    """Numbers sort as numbers, text naturally (digit runs as numbers), so 1024 comes after 32 and
-    the shape 49152x1024 after 49152x32."""
-    key = []
-    for axis in axes:
-        value = record.params.get(axis)
-        key.append((0, (float(value),)) if _number(value) else (1, _natural_key(_axis_text(record, axis))))
-    return tuple(key)
-
-
-def _natural_key(text: str) -> tuple:
-    """'49152x32' -> ('', 49152, 'x', 32, ''): split always alternates text and digits, so parts compare."""
-    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text)))
+    return charts.sort_key(record, axes)
 
 
 def _last_param(records: Sequence[Record]) -> str | None:
@@ -413,182 +665,9 @@ def _last_param(records: Sequence[Record]) -> str | None:
     return None
 
 
-# --- charts ----------------------------------------------------------------------------------
-
-def _bandwidth_figure(groups, suite, dtype, x_axis, series_axes, impls, multi):
-    """GB/s against x per implementation, with each case's copy ceiling and the card's peak."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    records = [r for _, _, recs in groups for r in recs]
-    numeric = x_is_numeric(records, x_axis)
-    for doc_index, (label, doc, recs) in enumerate(groups):
-        for style_index, (impl, key, points) in enumerate(_series(recs, impls, series_axes, x_axis)):
-            name = _trace_name(impl, key, label if multi else None)
-            fig.add_trace(_bandwidth_trace(points, name, impl, impls, doc_index, style_index, x_axis, numeric))
-    for doc_index, (label, doc, recs) in enumerate(groups):
-        _add_peak_line(fig, doc, label if multi else None, doc_index)
-    _layout(fig, f"{suite} · {dtype}: effective bandwidth (median)", "GB/s", x_axis, records, numeric)
-    return fig
-
-
-def _pct_copy_figure(groups, suite, dtype, x_axis, series_axes, impls, multi):
-    """Each implementation as a share of the same-size copy: 100% means as fast as a copy."""
-    return _share_figure(groups, suite, dtype, x_axis, series_axes, impls, multi, "pct_copy",
-                         "% of same-size copy bandwidth", "% of copy", "copy = 100%")
-
-
-def _pct_peak_figure(groups, suite, dtype, x_axis, series_axes, impls, multi):
-    """Each implementation as a share of its own card's theoretical peak: GPUs side by side."""
-    return _share_figure(groups, suite, dtype, x_axis, series_axes, impls, multi, "pct_peak",
-                         "% of each GPU's theoretical peak", "% of peak", "peak = 100%", with_copy=True)
-
-
-def _share_figure(groups, suite, dtype, x_axis, series_axes, impls, multi, attr, title, y_title, line_text,
-                  with_copy=False):
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    records = [r for _, _, recs in groups for r in recs]
-    numeric = x_is_numeric(records, x_axis)
-    for doc_index, (label, doc, recs) in enumerate(groups):
-        shown = [i for i in impls if with_copy or i != COPY_IMPL]
-        series = _series(recs, shown, series_axes, x_axis)
-        for style_index, (impl, key, points) in enumerate(series):
-            points = [p for p in points if _finite(getattr(p, attr))]
-            if points:
-                name = _trace_name(impl, key, label if multi else None)
-                fig.add_trace(go.Scatter(
-                    x=[_x_value(p, x_axis, numeric) for p in points], y=[getattr(p, attr) for p in points],
-                    mode="markers+lines", name=name,
-                    line=_line_style(impl, impls, doc_index), marker=_marker_style(style_index),
-                    hovertemplate="%{y:.1f}" + y_title + "<extra>" + _hover_name(name) + "</extra>"))
-    fig.add_hline(y=100, line_dash="dash", line_color=COPY_COLOR, line_width=1.5,
-                  annotation_text=line_text, annotation_position="top left")
-    _layout(fig, f"{suite} · {dtype}: {title}", y_title, x_axis, records, numeric)
-    fig.update_yaxes(ticksuffix="%")
-    return fig
-
-
-def _series(records: Sequence[Record], impls: Sequence[str], series_axes: Sequence[str],
-            x_axis: str | None) -> list[tuple[str, tuple[str, ...], list[Record]]]:
-    """Plottable records grouped by (implementation, other-axes combination), sorted along x."""
-    keys = sorted(_unique(_series_key(r, series_axes) for r in records),
-                  key=lambda k: _combo_sort(k, records, series_axes))
-    out = []
-    for impl in impls:
-        for key in keys:
-            points = _latest_per_case(r for r in records if r.impl == impl and is_plottable(r)
-                                      and _series_key(r, series_axes) == key)
-            if points:
-                out.append((impl, key, sorted(points, key=lambda r: _sort_key(r, [x_axis] if x_axis else []))))
-    return out
-
-
-def _combo_sort(key: tuple[str, ...], records: Sequence[Record], series_axes: Sequence[str]) -> tuple:
-    for record in records:
-        if _series_key(record, series_axes) == key:
-            return _sort_key(record, series_axes)
-    return ()
-
-
-def _latest_per_case(records: Iterable[Record]) -> list[Record]:
-    """If a case was measured twice in one document, the later record wins."""
-    by_case: dict[str, Record] = {}
-    for record in records:
-        by_case[record.case] = record
-    return list(by_case.values())
-
-
-def _bandwidth_trace(points, name, impl, impls, doc_index, style_index, x_axis, numeric):
-    """One implementation's medians, with p10–p90 bandwidth as error bars and in the hover."""
-    import plotly.graph_objects as go
-
-    medians = [p.gbps for p in points]
-    ranges = [bandwidth_range(p) for p in points]
-    upper = [max(0.0, r[1] - m) if r else 0.0 for r, m in zip(ranges, medians)]
-    lower = [max(0.0, m - r[0]) if r else 0.0 for r, m in zip(ranges, medians)]
-    custom = [[r[0] if r else float("nan"), r[1] if r else float("nan"),
-               p.pct_copy if _finite(p.pct_copy) else float("nan"),
-               (p.stats or {}).get("median_us", float("nan")),
-               "  ⚠ throttled" if throttle_note(p) else ""] for p, r in zip(points, ranges)]
-    is_copy = impl == COPY_IMPL
-    return go.Scatter(
-        x=[_x_value(p, x_axis, numeric) for p in points], y=medians, name=name, mode="markers+lines",
-        line=_line_style(impl, impls, doc_index), marker=_marker_style(style_index, small=is_copy),
-        error_y=dict(type="data", symmetric=False, array=upper, arrayminus=lower, thickness=1, width=3,
-                     visible=not is_copy),
-        customdata=custom,
-        hovertemplate=("%{y:.0f} GB/s (p10–p90 %{customdata[0]:.0f}–%{customdata[1]:.0f})"
-                       " · %{customdata[2]:.1f}% of copy · %{customdata[3]:.2f} µs%{customdata[4]}"
-                       "<extra>" + _hover_name(name) + "</extra>"))
-
-
-def _add_peak_line(fig, doc: RunDocument, label: str | None, doc_index: int) -> None:
-    """The card's theoretical peak as a labelled dotted line (missing peak: no line)."""
-    peak = (doc.environment or {}).get("peak_gbps")
-    if not _finite(peak) or peak <= 0:
-        return
-    text = f"theoretical peak {peak:.0f} GB/s" + (f" ({plot_text(label)})" if label else "")
-    fig.add_hline(y=peak, line_dash="dot", line_width=1.5, line_color=PEAK_COLORS[doc_index % len(PEAK_COLORS)],
-                  annotation_text=text, annotation_position="top left",
-                  annotation_font_color=PEAK_COLORS[doc_index % len(PEAK_COLORS)])
-
-
-def _layout(fig, title: str, y_title: str, x_axis: str | None, records: Sequence[Record], numeric: bool) -> None:
-    """Shared look: white template, legend on the right, y from zero, the x axis set up for the sweep."""
-    fig.update_layout(
-        title=dict(text=plot_text(title), x=0.01), template="plotly_white", height=460,
-        margin=dict(l=70, r=20, t=60, b=60), hovermode="closest",
-        legend=dict(title_text="", orientation="v", x=1.01, y=1, xanchor="left"),
-        font=dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=13))
-    fig.update_yaxes(title_text=y_title, rangemode="tozero")
-    _apply_x_axis(fig, x_axis, records, numeric)
-
-
-def _apply_x_axis(fig, x_axis: str | None, records: Sequence[Record], numeric: bool) -> None:
-    """Log axis ticked at the swept values (readable powers of two), else categories in sweep order."""
-    title = plot_text(x_axis or "case") + (" (log₂ scale)" if numeric else "")
-    if numeric:
-        values = sorted({float(r.params[x_axis]) for r in records})
-        fig.update_xaxes(type="log", title_text=title, tickvals=values, ticktext=[_number_text(v) for v in values])
-    else:
-        ordered = sorted(records, key=lambda r: _sort_key(r, [x_axis] if x_axis else []))
-        categories = _unique(_x_value(r, x_axis, False) for r in ordered)
-        fig.update_xaxes(type="category", title_text=title, categoryorder="array",
-                         categoryarray=categories)
-
-
-def _trace_name(impl: str, key: tuple[str, ...], label: str | None) -> str:
-    """'compiled rows=4096 · H100': implementation, other axes, then the run it came from."""
-    name = "copy ceiling" if impl == COPY_IMPL else impl
-    if key:
-        name += " " + " ".join(key)
-    if label:
-        name += f" · {label}"
-    return plot_text(name)
-
-
-def _hover_name(name: str) -> str:
-    """Trace names go into hovertemplate text, where '%{' would be read as a placeholder."""
-    return name.replace("%{", "%\u200b{")
-
-
-def _line_style(impl: str, impls: Sequence[str], doc_index: int) -> dict[str, Any]:
-    """Colour says the implementation, dash says the run; the copy ceiling is always grey dashes."""
-    if impl == COPY_IMPL:
-        return dict(color=COPY_COLOR, dash="dash", width=2)
-    color = IMPL_COLORS[impls.index(impl) % len(IMPL_COLORS)] if impl in impls else IMPL_COLORS[-1]
-    return dict(color=color, dash=DOC_DASHES[doc_index % len(DOC_DASHES)], width=2)
-
-
-def _marker_style(style_index: int, small: bool = False) -> dict[str, Any]:
-    return dict(size=5 if small else 7, symbol=SYMBOLS[style_index % len(SYMBOLS)] if not small else "circle")
-
-
 # --- tables ----------------------------------------------------------------------------------
 
-def _case_table(label: str | None, records: Sequence[Record], meta: dict[str, Any], x_axis: str | None) -> str:
+def _case_table(records: Sequence[Record], meta: dict[str, Any]) -> str:
     """Rows are cases, columns are implementations (GB/s, % of copy, speedup against torch, and the
     mask memory kept for the backward where the implementation declares one)."""
     impls = implementation_order(meta, records)
@@ -601,40 +680,39 @@ def _case_table(label: str | None, records: Sequence[Record], meta: dict[str, An
     head2 = "".join(_impl_subheads(i, i in masked) for i in impls)
     rows = []
     for case, example in cases:
-        cells = "".join(f"<td class=\"num\">{esc(_axis_text(example, a))}</td>" for a in axes)
+        cells = "".join(f"<td>{esc(_axis_text(example, a))}</td>" for a in axes)
         baseline = by_cell.get((case, BASELINE_IMPL))
         cells += "".join(_impl_cells(by_cell.get((case, i)), i, baseline, i in masked) for i in impls)
         rows.append(f"<tr>{cells}</tr>")
-    caption = f"<h3>{esc(label)}</h3>" if label else ""
     note = ("" if BASELINE_IMPL in impls else
             f"<p class=\"sub\">No “{BASELINE_IMPL}” implementation in this run: no speedups.</p>")
-    return (f"{caption}<table class=\"cases\"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>"
+    return (f"<table class=\"cases\"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>{note}")
 
 
-def _ratio_table(groups, meta: dict[str, Any]) -> str:
+def _ratio_table(runs, meta: dict[str, Any]) -> str:
     """Runs side by side: each implementation's median GB/s per run and its ratio to the first run."""
-    labels = [label for label, _, _ in groups]
-    records = [r for _, _, recs in groups for r in recs]
+    labels = [label for label, _, _ in runs]
+    records = [r for _, _, recs in runs for r in recs]
     impls = implementation_order(meta, records)
     axes = _unique(k for r in records for k in r.params)
-    cells = [{(r.case, r.impl): r for r in recs} for _, _, recs in groups]
+    cells = [{(r.case, r.impl): r for r in recs} for _, _, recs in runs]
     head1 = "".join(f"<th rowspan=\"2\">{esc(a)}</th>" for a in axes)
     head1 += "".join(f"<th colspan=\"{2 * len(labels) - 1}\">{esc(i)}</th>" for i in impls)
-    sub = "".join(f"<th>{esc(l)} GB/s</th>" for l in labels)
-    sub += "".join(f"<th>{esc(l)} / {esc(labels[0])}</th>" for l in labels[1:])
+    sub = "".join(f"<th class=\"num\">{esc(l)}</th>" for l in labels)
+    sub += "".join(f"<th class=\"num\">{esc(l)} / {esc(labels[0])}</th>" for l in labels[1:])
     head2 = sub * len(impls)
     rows = []
     for case, example in _cases_in_order(records, axes):
-        row = "".join(f"<td class=\"num\">{esc(_axis_text(example, a))}</td>" for a in axes)
+        row = "".join(f"<td>{esc(_axis_text(example, a))}</td>" for a in axes)
         for impl in impls:
             found = [c.get((case, impl)) for c in cells]
             speeds = [r.gbps if r is not None and r.status == "ok" and _finite(r.gbps) else None for r in found]
-            row += "".join(f"<td class=\"num\">{_gbps_text(v) if v else MISSING}</td>" for v in speeds)
-            row += "".join(f"<td class=\"num\">{v / speeds[0]:.2f}×</td>" if v and speeds[0] else
-                           f"<td class=\"num\">{MISSING}</td>" for v in speeds[1:])
+            row += "".join(f"<td>{_gbps_text(v) if v else MISSING}</td>" for v in speeds)
+            row += "".join(f"<td>{v / speeds[0]:.2f}×</td>" if v and speeds[0] else
+                           f"<td>{MISSING}</td>" for v in speeds[1:])
         rows.append(f"<tr>{row}</tr>")
-    return (f"<h3>Runs compared: median GB/s and ratios to {esc(labels[0])}</h3>"
+    return (f"<p class=\"sub\">Median GB/s per run and ratios to {esc(labels[0])}</p>"
             f"<table class=\"cases\"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -649,11 +727,11 @@ def _profile_table(records: Sequence[Record]) -> str:
         p = r.extra["profile"]
         time_ratio = p.get("time_ratio")
         rows.append(f"<tr><td><code>{esc(r.case)}</code></td><td>{esc(r.impl)}</td>"
-                    f"<td class=\"num\">{esc(p.get('kernel_count'))}</td>"
-                    f"<td class=\"num\">{p['model_bytes'] / 1e6:,.1f}</td><td class=\"num\">{p['dram_bytes'] / 1e6:,.1f}</td>"
-                    f"<td class=\"num\">{p['bytes_ratio']:.2f}×</td><td class=\"num\">{p['bwbench_median_us']:,.1f}</td>"
-                    f"<td class=\"num\">{p['ncu_time_us']:,.1f}</td>"
-                    f"<td class=\"num\">{'%.2f' % time_ratio if time_ratio else MISSING}</td></tr>")
+                    f"<td>{esc(p.get('kernel_count'))}</td>"
+                    f"<td>{p['model_bytes'] / 1e6:,.1f}</td><td>{p['dram_bytes'] / 1e6:,.1f}</td>"
+                    f"<td>{p['bytes_ratio']:.2f}×</td><td>{p['bwbench_median_us']:,.1f}</td>"
+                    f"<td>{p['ncu_time_us']:,.1f}</td>"
+                    f"<td>{'%.2f' % time_ratio if time_ratio else MISSING}</td></tr>")
     head = ("<tr><th>case</th><th>impl</th><th>kernels</th><th>model MB</th><th>DRAM MB (ncu)</th>"
             "<th>DRAM / model</th><th>bwbench µs</th><th>ncu µs</th><th>ncu / bwbench</th></tr>")
     return (f"<h3>Nsight Compute: bytes really moved</h3><table class=\"cases\"><thead>{head}</thead>"
@@ -676,7 +754,7 @@ def _impl_subheads(impl: str, masked: bool = False) -> str:
     if impl == COPY_IMPL:
         return "<th>GB/s</th>"
     mask = "<th title=\"memory the forward keeps for the backward as its mask\">mask kept</th>" if masked else ""
-    return f"<th>GB/s</th><th>% copy</th><th>speedup vs {esc(BASELINE_IMPL)}</th>{mask}"
+    return f"<th>GB/s</th><th>% copy</th><th title=\"speedup vs {esc(BASELINE_IMPL)}\">vs {esc(BASELINE_IMPL)}</th>{mask}"
 
 
 def _impl_cells(record: Record | None, impl: str, baseline: Record | None, masked: bool = False) -> str:
@@ -691,16 +769,16 @@ def _impl_cells(record: Record | None, impl: str, baseline: Record | None, maske
     gbps = f"{_gbps_text(record.gbps)}{_throttle_html(record)}"
     detail = esc(cell_detail(record))
     if impl == COPY_IMPL:
-        return f"<td class=\"num\" title=\"{detail}\">{gbps}</td>"
+        return f"<td title=\"{detail}\">{gbps}</td>"
     pct = f"{record.pct_copy:.1f}%" if _finite(record.pct_copy) else MISSING
     ratio = speedup(record, baseline)
     ratio_text = f"{ratio:.2f}×" if ratio is not None else MISSING
     mask = ""
     if masked:
-        mask = f"<td class=\"num\">{memory_text(record.mask_bytes)}</td>" if _number(record.mask_bytes) else \
-            f"<td class=\"num\">{MISSING}</td>"
-    return (f"<td class=\"num\" title=\"{detail}\">{gbps}</td><td class=\"num\">{pct}</td>"
-            f"<td class=\"num\">{ratio_text}</td>{mask}")
+        mask = f"<td>{memory_text(record.mask_bytes)}</td>" if _number(record.mask_bytes) else \
+            f"<td>{MISSING}</td>"
+    return (f"<td title=\"{detail}\">{gbps}</td><td>{pct}</td>"
+            f"<td>{ratio_text}</td>{mask}")
 
 
 def cell_detail(record: Record) -> str:
@@ -721,23 +799,27 @@ def _throttle_html(record: Record) -> str:
     return f" <span class=\"throttled\" title=\"{esc(note)}\">⚠ throttled</span>" if note else ""
 
 
-def _problem_lists(records: Sequence[Record]) -> str:
-    """Failed records with their reasons (always shown), skipped ones folded away."""
-    failed = [r for r in records if r.status == "failed"]
-    skipped = [r for r in records if r.status == "skipped"]
+def _problem_lists(runs) -> str:
+    """Failed records with their reasons (always shown), skipped ones folded away; a record that
+    failed or was skipped the same way in several runs is listed once, with the runs named."""
+    multi = len(runs) > 1
     out = []
-    if failed:
-        items = "".join(_problem_item(r) for r in failed)
-        out.append(f"<h3>Failed ({len(failed)})</h3><ul class=\"failures\">{items}</ul>")
-    if skipped:
-        items = "".join(_problem_item(r) for r in skipped)
-        out.append(f"<details><summary>Skipped ({len(skipped)})</summary><ul class=\"skips\">{items}</ul></details>")
+    for status, heading in (("failed", "Failed"), ("skipped", "Skipped")):
+        merged: dict[tuple[str, str, str], list[str]] = {}
+        for label, _doc, recs in runs:
+            for r in recs:
+                if r.status == status:
+                    merged.setdefault((r.impl, r.case, r.reason or "no reason recorded"), []).append(label)
+        if not merged:
+            continue
+        items = "".join(f"<li><b>{esc(impl)}</b> on <code>{esc(case)}</code>: {esc(reason)}"
+                        f"{' (' + esc(', '.join(labels)) + ')' if multi else ''}</li>"
+                        for (impl, case, reason), labels in merged.items())
+        if status == "failed":
+            out.append(f"<h3>Failed ({len(merged)})</h3><ul class=\"failures\">{items}</ul>")
+        else:
+            out.append(f"<details><summary>Skipped ({len(merged)})</summary><ul class=\"skips\">{items}</ul></details>")
     return "\n".join(out)
-
-
-def _problem_item(record: Record) -> str:
-    return (f"<li><b>{esc(record.impl)}</b> on <code>{esc(record.case)}</code>: "
-            f"{esc(record.reason or 'no reason recorded')}</li>")
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -747,25 +829,15 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def plot_text(value: Any) -> str:
-    """Text for plotly labels: plotly renders a subset of HTML tags, so angle brackets become ‹ ›."""
-    return str(value).replace("<", "‹").replace(">", "›")
+plot_text = charts.plot_text
 
 
 def _gbps_text(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
 
 
-def _number_text(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive_number(value: Any) -> bool:
-    return _number(value) and value > 0
 
 
 def _finite(value: Any) -> bool:

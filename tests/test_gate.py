@@ -100,8 +100,9 @@ def test_fractions(text, value):
 
 def test_markdown_escapes_results_text():
     base = timed("a|b<script>", noisy(100))
-    text = markdown([judge(base, base, 0.05)], 0.05)
+    text = markdown([judge(base, base, 0.05)], 0.05, show_all=True)
     assert "a\\|b&lt;script>" in text and "no regression" in text
+    assert "a\\|b" not in markdown([judge(base, base, 0.05)], 0.05), "unchanged records only with --all"
 
 
 def disturbed(impl, samples):
@@ -212,7 +213,14 @@ def test_compare_command_exit_codes_and_outputs(runs, tmp_path):
     ResultsWriter(tmp_path / "slow.json", slowed).finish()
     worse = runner.invoke(app, ["compare", str(first), str(tmp_path / "slow.json"), "--markdown", "-"])
     assert worse.exit_code == 1
-    assert "| slower | softmax | rows=49152,cols=4096 | float16 | torch |" in worse.output
+    assert worse.stdout.startswith("**bwbench compare**: ❌ regression: 1 slower, 43 same of 44 records")
+    assert "**softmax**" in worse.stdout and "| verdict | rows | cols | dtype | impl |" in worse.stdout
+    assert "| slower | 49152 | 4096 | float16 | torch |" in worse.stdout
+    assert "┃" not in worse.stdout and "┃" in worse.stderr, "the table goes to stderr when stdout carries markdown"
+    machine = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--json", "-"])
+    verdicts = json.loads(machine.stdout)
+    assert verdicts["regression"] is True and verdicts["counts"] == {"slower": 1, "same": 43}
+    assert verdicts["summary"].startswith("regression: 1 slower")
     # Judging only some implementations: a drop in the torch baseline does not fail the gate.
     ours = runner.invoke(app, ["compare", str(first), str(tmp_path / "slow.json"), "--impl", "naive,compiled"])
     assert ours.exit_code == 0, ours.output

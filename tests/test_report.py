@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -95,7 +96,7 @@ def make_document(gpu_name: str = "NVIDIA H100 80GB HBM3", peak: float = 3352.0,
 
 
 def chart_count(page: str) -> int:
-    return page.count('class="plotly-graph-div"')
+    return page.count('class="bwbench-figure"')
 
 
 def test_page_has_implementations_tables_and_failures():
@@ -103,6 +104,8 @@ def test_page_has_implementations_tables_and_failures():
     for impl in ("naive", "torch", "compiled", "cudnn", "copy"):
         assert f">{impl}</th>" in page
     assert "speedup vs torch" in page
+    assert page.index('id="summary"') < page.index('id="contents"') < page.index('id="suite-softmax-float16"') \
+        < page.index('id="environment"')
     # compiled at 90% of copy against torch at 80%: 1.125x, written to two decimals.
     assert "1.12×" in page or "1.13×" in page
     assert "1.00×" in page  # torch against itself
@@ -125,9 +128,9 @@ def test_page_is_offline_and_inlines_plotly_once():
     page = report.render_html([("H100", make_document())])
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, flags=re.I)
     assert not re.search(r"<link[^>]*href\s*=\s*[\"']?https?:", page, flags=re.I)
-    assert page.count("window.PlotlyConfig") == 1
-    assert page.count("plotly.js v") == 1
+    assert page.count('id="bwbench-plotly"') == 1  # plotly.js packed once
     assert "Content-Security-Policy" in page
+    assert "Page errors" not in page.split("<section id=\"bwbench-page-errors\" hidden>")[0]
 
 
 def test_missing_environment_values_and_interrupted_run():
@@ -136,7 +139,7 @@ def test_missing_environment_values_and_interrupted_run():
     page = report.render_html([("run", doc)])
     assert "interrupted run: partial results" in page
     assert "<td>—</td>" in page
-    assert "None" not in page.split('<div class="chart">')[0]
+    assert "None" not in page.split('<script type="application/json"')[0]
 
 
 def test_results_file_text_is_escaped():
@@ -148,20 +151,16 @@ def test_results_file_text_is_escaped():
     for n in (1, 2, 3):
         assert f"<script>alert({n})" not in page
         assert f"alert({n})</script>" not in page
-    # Every <script> tag is one the report wrote: the collector, plotly's config and bundle,
-    # one per chart, and the final flush.
-    assert len(re.findall(r"<script\b", page)) == 3 + chart_count(page) + 1
+    # Every <script> tag is one the report wrote: the collector, one data block per chart, the
+    # packed plotly.js and its loader.
+    assert len(re.findall(r"<script\b", page)) == 1 + chart_count(page) + 2
 
 
-def test_plotly_escapes_script_end_in_figure_json():
-    """Defence in depth: even a raw '</script>' in a trace name cannot leave plotly's script block."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure(go.Scatter(x=[1], y=[1], name="</script><script>alert(4)</script>"))
-    fig.update_layout(title="</script>")
-    chunk = report._figure_html(fig, "t", include_js=False)
-    assert "</script><script>alert(4)" not in chunk
-    assert chunk.count("</script>") == 1
+def test_chart_data_cannot_leave_its_script_element():
+    """Defence in depth: even a raw '</script>' in a label stays JSON text inside its data block."""
+    chunk = report.script_json({"name": "</script><script>alert(4)</script>", "t": "a & b"})
+    assert "<" not in chunk and ">" not in chunk and "&" not in chunk
+    assert json.loads(chunk)["name"] == "</script><script>alert(4)</script>"
 
 
 def test_plot_text_removes_angle_brackets():
@@ -173,15 +172,18 @@ def test_two_documents_make_traces_for_both():
                                ("H200", make_document("NVIDIA H200", peak=4800.0, speed=1.4))])
     for label in ("H100", "H200"):
         for impl in ("naive", "torch", "compiled", "cudnn"):
-            assert json.dumps(f"{impl} · {label}", ensure_ascii=False) in page
-        assert f"({label})" in page  # the peak line names its run
+            assert f"{impl} · {label}" in page  # hover names say implementation and run
+        assert f"peak {label} " in page  # the peak line names its run
     assert "NVIDIA H200" in page and "4800 GB/s" in page
-    assert chart_count(page) == 3, "GB/s, % of copy and, with two GPUs, % of each one's peak"
+    assert chart_count(page) == 2, "GB/s and, with two GPUs, the ratio chart"
+    assert "peak ratio 1.43×" in page
 
 
-def test_other_axes_become_trace_groups():
+def test_other_axes_go_behind_a_selector():
     page = report.render_html([("H100", make_document(rows_values=(4096, 49152)))])
-    assert '"compiled rows=4096"' in page and '"compiled rows=49152"' in page
+    assert '<select class="bwbench-combo"' in page
+    assert '<option value="0">rows=4096</option><option value="1">rows=49152</option>' in page
+    assert '"meta":{"combo":1},"visible":false' in page
 
 
 def test_categorical_x_axis_for_shape_strings():
@@ -193,6 +195,8 @@ def test_categorical_x_axis_for_shape_strings():
     assert '"type":"category"' in page and "49152x1024" in page
     # Shapes in sweep order (natural sort), not as text where "49152x1024" < "49152x32".
     assert '"categoryarray":["49152x32","49152x1024","49152x32768"]' in page
+    # Categories are markers, never joined by lines.
+    assert '"mode":"lines+markers"' not in page and '"mode":"markers"' in page
 
 
 def test_log_axis_ticks_at_swept_values():
@@ -224,30 +228,111 @@ def chromium_command(binary: str, profile: Path) -> list[str]:
             "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--virtual-time-budget=10000"]
 
 
-def test_report_renders_in_chromium(tmp_path: Path):
+def render_in_chromium(page_path: Path, tmp_path: Path, width: int = 1400) -> dict:
+    """Open the page in headless Chromium and read back what it drew: page height and width, where the
+    summary ends, how many charts plotly drew, and the page's own JavaScript error list."""
     binary = find_chromium()
     if binary is None:
         pytest.skip("no chromium binary found (shutil.which('chromium') and /usr/bin/chromium)")
+    probe = ("<script>setTimeout(function () { var d = document.documentElement;"
+             " var t = document.querySelector('#summary table');"
+             " var p = document.createElement('pre'); p.id = 'probe';"
+             " p.textContent = JSON.stringify({height: d.scrollHeight, width: d.scrollWidth,"
+             " summaryBottom: t ? t.getBoundingClientRect().bottom : -1,"
+             " drawn: document.querySelectorAll('.main-svg').length,"
+             " state: document.body.getAttribute('data-charts'), errors: window.__bwbenchErrors});"
+             " document.body.appendChild(p); }, 8000);</script>")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page_path.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
+    done = subprocess.run(chromium_command(binary, tmp_path / "profile")
+                          + [f"--window-size={width},900", "--dump-dom", probed.as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, flags=re.S)
+    assert found, f"chromium printed no probe (rc {done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(html_unescape(found.group(1)))
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
+
+
+def test_report_renders_in_chromium(tmp_path: Path):
     page_path = report.write_report([("H100", make_document()),
                                      ("H200", make_document("NVIDIA H200", peak=4800.0, speed=1.4))],
                                     tmp_path / "report.html")
-    charts = chart_count(page_path.read_text(encoding="utf-8"))
-    assert charts == 3
-    base = chromium_command(binary, tmp_path / "profile")
-    done = subprocess.run(base + ["--dump-dom", page_path.as_uri()], capture_output=True, text=True, timeout=120)
-    dom = done.stdout
-    assert dom, f"chromium printed no DOM (rc {done.returncode}): {done.stderr[-2000:]}"
-    assert dom.count('class="main-svg"') >= charts
-    errors = re.search(r'<pre id="bwbench-js-errors">(.*?)</pre>', dom, flags=re.S)
-    assert errors is not None, "error element missing from the rendered page"
-    assert errors.group(1).strip() == "", f"JavaScript errors: {errors.group(1)}"
+    page = page_path.read_text(encoding="utf-8")
+    charts = chart_count(page)
+    assert charts == 2
+    seen = render_in_chromium(page_path, tmp_path)
+    assert seen["errors"] == [], f"JavaScript errors: {seen['errors']}"
+    assert seen["state"] == "drawn" and seen["drawn"] >= charts
     png = tmp_path / "report.png"
-    subprocess.run(base + [f"--screenshot={png}", "--window-size=1400,2400", page_path.as_uri()],
+    subprocess.run(chromium_command(find_chromium(), tmp_path / "profile")
+                   + [f"--screenshot={png}", "--window-size=1400,2400", page_path.as_uri()],
                    capture_output=True, text=True, timeout=120)
     assert png.is_file() and png.stat().st_size > 10_000
 
 
-def test_comparing_gpus_adds_peak_normalised_chart_and_ratio_table():
+def wide_document(gpu_name: str, peak: float, speed: float) -> RunDocument:
+    """A run of three suites of the shapes the real ones have: a numeric sweep (softmax), a
+    categorical x with three other axes (a bn_relu-like suite: a selector), and shapes paired with
+    permutations (a permute-like suite: folded into the categories), two dtypes for the last."""
+    doc = make_document(gpu_name, peak=peak, speed=speed)
+    copy = 3000.0 * speed
+    for direction in ("forward", "backward"):
+        for variant in ("plain", "add"):
+            for layout in ("NCHW", "NHWC"):
+                for k, shape in enumerate(([32, 64, 112, 112], [32, 256, 56, 56], [32, 2048, 7, 7])):
+                    params = {"direction": direction, "variant": variant, "shape": shape, "layout": layout}
+                    case = ",".join(f"{a}={'x'.join(map(str, v)) if isinstance(v, list) else v}" for a, v in params.items())
+                    for impl, kind, share in (("copy", "ceiling", 1.0), ("optimized", "cuda", 0.9 - 0.1 * k),
+                                              ("torch", "torch", 0.5), ("cudnn", "cudnn", 0.6)):
+                        rec = make_record(impl, kind, 1024, copy * share, copy, peak)
+                        doc.records.append(Record(**{**rec.to_dict(), "suite": "bn_relu", "case": case, "params": params}))
+    for dtype in ("float16", "float32"):
+        for shape, perms in (([64, 256, 256], ([1, 0, 2], [0, 2, 1])), ([4096, 4096], ([1, 0],)),
+                             ([8, 128, 128, 64], ([0, 2, 1, 3], [3, 2, 1, 0], [0, 1, 3, 2]))):
+            for perm in perms:
+                params = {"shape": shape, "perm": perm}
+                case = f"shape={'x'.join(map(str, shape))},perm={'x'.join(map(str, perm))}"
+                for impl, kind, share in (("copy", "ceiling", 1.0), ("optimized", "cuda", 0.95),
+                                          ("torch", "torch", 0.3), ("compiled", "compiled", 0.9)):
+                    rec = make_record(impl, kind, 1024, copy * share, copy, peak, dtype=dtype)
+                    doc.records.append(Record(**{**rec.to_dict(), "suite": "permute", "case": case, "params": params}))
+    doc.suites["bn_relu"] = {"description": "relu(bn(x))", "x_axis": "shape",
+                             "implementations": {"optimized": {"kind": "cuda"}, "torch": {"kind": "torch"},
+                                                 "cudnn": {"kind": "cudnn"}}}
+    doc.suites["permute"] = {"description": "x.permute(perm).contiguous()", "x_axis": "shape",
+                             "implementations": {"optimized": {"kind": "cuda"}, "torch": {"kind": "torch"},
+                                                 "compiled": {"kind": "compiled"}}}
+    return doc
+
+
+def test_two_gpu_page_fits_renders_and_answers_first(tmp_path: Path):
+    """The H100-against-H200 question on a synthetic pair of runs: the ratio summary is in the first
+    screen, no JavaScript error, the page fits the window's width, and its size and height stay small."""
+    page_path = report.write_report([("H100", wide_document("NVIDIA H100 80GB HBM3", 3352.0, 1.0)),
+                                     ("H200", wide_document("NVIDIA H200", 4800.0, 1.4))], tmp_path / "two.html")
+    page = page_path.read_text(encoding="utf-8")
+    size = len(page.encode("utf-8"))
+    assert size < 2_500_000, f"page is {size} bytes"
+    summary = page[page.index('<section id="summary">'):page.index('<nav id="contents">')]
+    assert "H200 against H100" in summary and "device copy 1.40×" in summary and "theoretical peak 1.43×" in summary
+    for suite in ("softmax", "bn_relu", "permute · float16", "permute · float32"):
+        assert f"<th>{suite}</th>" in summary
+    assert ">1.40×</td>" in summary  # every implementation 1.4x faster, as the copy
+    seen = render_in_chromium(page_path, tmp_path)
+    assert seen["errors"] == [], f"JavaScript errors: {seen['errors']}"
+    assert seen["state"] == "drawn" and seen["drawn"] >= chart_count(page)
+    assert 0 < seen["summaryBottom"] <= 900, f"the ratio summary ends at {seen['summaryBottom']} px"
+    assert seen["width"] <= 1400, f"the page is {seen['width']} px wide in a 1400 px window"
+    sections = len(report.suite_dtype_groups([("a", wide_document("x", 1.0, 1.0))]))
+    assert seen["height"] < 1800 + 800 * sections, f"page height {seen['height']} px for {sections} sections"
+
+
+def test_comparing_gpus_adds_ratio_chart_and_ratio_table():
     import copy
 
     from bwbench.report import render_html
@@ -259,11 +344,11 @@ def test_comparing_gpus_adds_peak_normalised_chart_and_ratio_table():
         if r.gbps:
             r.gbps *= 0.5
     page = render_html([("H200", h200), ("H100", h100)])
-    assert "% of each GPU&#x27;s theoretical peak" in page or "% of each GPU's theoretical peak" in page
-    assert "Runs compared: median GB/s and ratios to H200" in page
+    assert "GB/s ratio to H200 per case, with the ratio of the theoretical peaks" in page
+    assert "Median GB/s per run and ratios to H200" in page
     assert "0.50×" in page
     single = render_html([("H200", h200)])
-    assert "Runs compared" not in single
+    assert "Median GB/s per run" not in single and "ratio to" not in single
 
 
 def test_profile_figures_show_in_the_report():
@@ -320,3 +405,80 @@ def test_mask_memory_shows_in_the_terminal_table():
     for table in summary_tables(make_document().records):
         console.print(table)
     assert " MB" not in console.export_text() and "mask kept" not in console.export_text()
+
+
+def test_is_baseline_prefers_the_suites_role_then_the_kind():
+    from bwbench.summary import is_baseline
+
+    meta = {"implementations": {"optimized": {"kind": "cuda"}, "torch": {"kind": "torch"},
+                                "liger": {"kind": "triton", "role": "baseline"},
+                                "mine": {"kind": "torch", "role": "under test"}}}
+    assert not is_baseline(meta, "optimized") and is_baseline(meta, "torch")
+    assert is_baseline(meta, "liger") and not is_baseline(meta, "mine")
+    assert is_baseline({}, "x", kind="cudnn") and not is_baseline({}, "x", kind="triton")
+    assert not is_baseline(meta, "copy")
+
+
+def test_every_kind_gets_a_colour_and_known_kinds_keep_theirs():
+    from bwbench.report_charts import KIND_COLORS, color_for_kind, implementation_colors
+
+    assert color_for_kind("torch") == KIND_COLORS["torch"]
+    for kind in ("liger", "quack", "", "some new kind"):
+        assert re.fullmatch(r"#[0-9a-f]{6}", color_for_kind(kind))
+    assert color_for_kind("liger") == color_for_kind("liger")
+    colors = implementation_colors(["optimized", "online", "torch", "copy"],
+                                   {"optimized": "cuda", "online": "cuda", "torch": "torch"})
+    assert colors["optimized"] == KIND_COLORS["cuda"] and colors["online"] != colors["optimized"]
+
+
+def test_summary_numbers_are_geometric_means():
+    from bwbench.summary import copy_shares, run_ratios, speedups
+
+    h100, h200 = make_document(), make_document("NVIDIA H200", peak=4800.0, speed=1.4)
+    shares = {(s.impl): s for s in copy_shares(h100)}
+    assert shares["compiled"].median_pct == pytest.approx(90.0) and shares["compiled"].lowest_pct == pytest.approx(60.0)
+    assert shares["naive"].failed == 1 and shares["cudnn"].skipped == 1
+    found = {(s.impl, s.baseline): s for s in speedups(h100)}
+    assert set(found) == set(), "softmax's fixture has no implementation under test"
+    ratios = {r.impl: r for r in run_ratios(h100, h200)}
+    assert ratios["copy"].ratio == pytest.approx(1.4) and ratios["torch"].ratio == pytest.approx(1.4)
+    h100.suites["softmax"]["implementations"]["compiled"]["role"] = "under test"
+    found = {(s.impl, s.baseline): s for s in speedups(h100)}
+    expected = math.exp((math.log(0.60 / 0.55) + math.log(0.90 / 0.80) + math.log(0.91 / 0.82)) / 3)
+    assert found[("compiled", "torch")].ratio == pytest.approx(expected, rel=1e-3)
+    assert found[("compiled", "torch")].cases == 3
+
+
+def test_report_filters_and_title(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from bwbench.cli import app
+    from bwbench.results import ResultsWriter
+
+    for name, doc in (("a", make_document()), ("b", make_document("NVIDIA H200", peak=4800.0, speed=1.4))):
+        ResultsWriter(tmp_path / f"{name}.json", doc).finish()
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(out),
+                                      "--impl", "torch", "--dtype", "float16", "--suite", "softmax", "--title", "Mine"])
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    assert "<title>Mine</title>" in page and "H200 against H100" in page
+    assert "<th>torch</th>" not in page or "compiled" not in page.split('id="summary"')[1].split("</section>")[0]
+    bad = CliRunner().invoke(app, ["report", str(tmp_path / "a.json"), "--impl", "fastest", "-o", str(out)])
+    assert bad.exit_code == 2 and "not in these results" in bad.output
+
+
+def test_three_runs_compare_each_with_the_first():
+    page = report.render_html([("H100", make_document()),
+                               ("H200", make_document("NVIDIA H200", peak=4800.0, speed=1.4)),
+                               ("B200", make_document("NVIDIA B200", peak=8000.0, speed=2.0))])
+    summary = page[page.index('<section id="summary">'):page.index('<nav id="contents">')]
+    assert "H200 against H100" in summary and "B200 against H100" in summary
+    assert ">2.00×</td>" in summary and ">1.40×</td>" in summary
+    assert "peak ratio 1.43× (H200)" in page and "peak ratio 2.39× (B200)" in page
+
+
+def test_page_errors_section_only_shows_when_there_are_errors():
+    page = report.render_html([("H100", make_document())])
+    assert '<section id="bwbench-page-errors" hidden>' in page
+    assert "box.hidden = false" in page  # the collector reveals it on the first error

@@ -1,0 +1,166 @@
+"""The results store and what reads it: idempotent import, trends, `bwbench history`, and gating
+against the median of recent runs of the same GPU model. CPU only: documents are built here."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bwbench import store
+from bwbench.cli import app
+from bwbench.results import ResultsWriter, RunDocument
+from tests.test_report import make_document
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def run_of(day: int, commit: str, speed: float = 1.0, gpu: str = H100, peak: float = 3352.0) -> RunDocument:
+    """A softmax run made on 2026-11-<day> at `commit`, every implementation `speed` times the fixture."""
+    doc = make_document(gpu, peak=peak, speed=speed)
+    doc.environment.update(created=f"2026-11-{day:02d}T10:00:00+00:00", git_commit=commit,
+                           gpu_uuid=f"GPU-{gpu[-4:]}")
+    return doc
+
+
+def write(tmp_path: Path, name: str, doc: RunDocument) -> Path:
+    path = tmp_path / f"{name}.json"
+    ResultsWriter(path, doc).finish()
+    return path
+
+
+def test_adding_a_run_twice_adds_nothing_and_a_grown_run_adds_its_new_records(tmp_path):
+    db = tmp_path / "h.sqlite"
+    doc = run_of(20, "aaaaaaa")
+    first = store.add_document(doc, db)
+    assert first.new_run and first.added_records == len(doc.records) == 15
+    again = store.add_document(write(tmp_path, "same", doc), db)
+    assert not again.new_run and again.added_records == 0 and again.run_id == first.run_id
+    grown = copy.deepcopy(doc)
+    extra = copy.deepcopy(doc.records[1])
+    extra.case, extra.params = "rows=49152,cols=65536", {"rows": 49152, "cols": 65536}
+    grown.records.append(extra)
+    assert store.add_document(grown, db).added_records == 1
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+        assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 16
+        # Failed records keep no speed (the fixture's failed record claims 86420 GB/s).
+        assert conn.execute("SELECT MAX(gbps) FROM results WHERE status != 'ok'").fetchone()[0] is None
+        row = conn.execute("SELECT gpu_name, gpu_uuid, git_commit, created FROM runs").fetchone()
+    assert row == (H100, "GPU-HBM3", "aaaaaaa", "2026-11-20T10:00:00+00:00")
+
+
+def test_trend_and_recent_runs_in_date_order(tmp_path):
+    db = tmp_path / "h.sqlite"
+    for day, commit, speed in ((22, "ccccccc", 1.1), (20, "aaaaaaa", 1.0), (21, "bbbbbbb", 0.9)):
+        store.add_document(run_of(day, commit, speed), db)
+    store.add_document(run_of(21, "bbbbbbb", 1.4, gpu="NVIDIA H200", peak=4800.0), db)
+    runs = store.recent_runs(db, H100)
+    assert [r.git_commit for r in runs] == ["ccccccc", "bbbbbbb", "aaaaaaa"]
+    points = store.query_trend(db, "softmax", cases=["cols=1024"], impls=["torch"], gpu_name=H100)
+    assert [p.git_commit for p in points] == ["aaaaaaa", "bbbbbbb", "ccccccc"]
+    assert [round(p.gbps) for p in points] == [round(2900 * 0.80 * s) for s in (1.0, 0.9, 1.1)]
+    assert {p.case for p in points} == {"rows=49152,cols=1024"}
+    assert len(store.query_trend(db, "softmax", impls=["torch"])) == 4 * 3
+
+
+def test_history_command_prints_the_trend_and_writes_the_chart(tmp_path):
+    db = tmp_path / "h.sqlite"
+    paths = [write(tmp_path, f"r{day}", run_of(day, c, s)) for day, c, s in
+             ((20, "aaaaaaa", 1.0), (21, "bbbbbbb", 0.9), (22, "ccccccc", 1.1))]
+    runner = CliRunner()
+    imported = runner.invoke(app, ["store", "import", *map(str, paths), "--store", str(db)])
+    assert imported.exit_code == 0, imported.output
+    assert imported.output.count("new run") == 3
+    again = runner.invoke(app, ["store", "import", str(paths[0]), "--store", str(db)])
+    assert "run already stored" in again.output and "0 records added" in again.output
+    html = tmp_path / "trend.html"
+    shown = runner.invoke(app, ["history", "softmax", "--case", "rows=49152,cols=1024", "--impl", "torch,compiled",
+                                "--store", str(db), "-o", str(html)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    lines = [line for line in shown.output.splitlines() if "2026-11-2" in line]
+    assert [line.split("│")[2].strip() for line in lines] == ["aaaaaaa", "bbbbbbb", "ccccccc"]
+    assert "2,320 (80%)" in shown.output  # torch at 80% of a 2900 GB/s copy on the first run
+    page = html.read_text(encoding="utf-8")
+    assert '"type":"date"' in page and "bbbbbbb" in page and page.count('class="bwbench-figure"') == 1
+    missing = runner.invoke(app, ["history", "layernorm", "--store", str(db)])
+    assert missing.exit_code == 2 and "it holds softmax" in missing.output
+    nothing = runner.invoke(app, ["history", "softmax", "--store", str(tmp_path / "none.sqlite")])
+    assert nothing.exit_code == 2 and "no results store" in nothing.output
+
+
+def test_compare_against_the_median_of_recent_runs_of_the_same_gpu(tmp_path):
+    db = tmp_path / "h.sqlite"
+    for day, commit, speed in ((18, "old", 0.5), (20, "aaaaaaa", 1.0), (21, "bbbbbbb", 0.99), (22, "ccccccc", 1.01)):
+        store.add_document(run_of(day, commit, speed), db)
+    store.add_document(run_of(22, "h200run", 1.4, gpu="NVIDIA H200", peak=4800.0), db)
+    base, runs = store.baseline_from_store(db, H100, last=3)
+    assert [r.git_commit for r in runs] == ["ccccccc", "bbbbbbb", "aaaaaaa"]
+    torch = next(r for r in base.records if r.impl == "torch" and r.case.endswith("cols=1024"))
+    assert torch.gbps == pytest.approx(2900 * 0.80, rel=1e-6)  # the median run (speed 1.0), not the old 0.5 one
+
+    runner = CliRunner()
+    steady = write(tmp_path, "steady", run_of(23, "ddddddd", 1.0))
+    ok = runner.invoke(app, ["compare", "--against-store", str(steady), "--store", str(db), "--last", "3"])
+    assert ok.exit_code == 0, ok.output
+    assert "median of 3 stored runs on NVIDIA H100" in ok.output
+    slow = run_of(23, "eeeeeee", 1.0)
+    for r in slow.records:
+        if r.impl == "compiled" and r.status == "ok":
+            r.gbps *= 0.8
+            r.stats = {k: (v / 0.8 if k.endswith("_us") else v) for k, v in r.stats.items()}
+    judged = runner.invoke(app, ["compare", "--against-store", str(write(tmp_path, "slow", slow)), "--store", str(db),
+                                 "--last", "3", "--json", "-"])
+    assert judged.exit_code == 1, judged.output
+    verdicts = json.loads(judged.stdout)
+    assert verdicts["counts"].get("slower") == 3  # compiled at each of its three cases
+    assert {c["impl"] for c in verdicts["comparisons"] if c["verdict"] == "slower"} == {"compiled"}
+    assert runner.invoke(app, ["compare", "--against-store", str(steady), str(steady)]).exit_code == 2
+    empty = runner.invoke(app, ["compare", "--against-store", str(write(tmp_path, "b200", run_of(23, "x", gpu="NVIDIA B200"))),
+                                "--store", str(db)])
+    assert empty.exit_code == 2 and "no earlier run on 'NVIDIA B200'" in empty.output
+
+
+def test_a_store_that_cannot_be_written_costs_the_entry_not_the_run(tmp_path):
+    path = write(tmp_path, "run", run_of(20, "aaaaaaa"))
+    bad = tmp_path / "not-a-store.sqlite"
+    bad.write_text("this is not sqlite " * 100)
+    note = store.add_finished_run(path, bad)
+    assert note.startswith("warning: run not added") and store.add_finished_run(path, None) == ""
+    assert store.add_finished_run(path, tmp_path / "ok.sqlite") == f"history: 15 records added to {tmp_path / 'ok.sqlite'}"
+
+
+def test_the_trend_page_renders_in_chromium(tmp_path):
+    from tests.test_report import render_in_chromium
+
+    db = tmp_path / "h.sqlite"
+    for day, commit, speed in ((20, "aaaaaaa", 1.0), (21, "bbbbbbb", 0.9), (22, "ccccccc", 1.1)):
+        store.add_document(run_of(day, commit, speed), db)
+    html = tmp_path / "trend.html"
+    result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    seen = render_in_chromium(html, tmp_path)
+    assert seen["errors"] == [] and seen["state"] == "drawn" and seen["drawn"] >= 1
+
+
+@pytest.mark.gpu
+def test_a_finished_run_lands_in_the_store(tmp_path):
+    """`bwbench run` adds its results to OUT/bwbench-history.sqlite, and `--no-store` leaves none."""
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "softmax", "--quick", "--impl", "torch", "--no-report", "-o", str(tmp_path),
+                                 "--name", "quick", "--max-time", "0.2", "--copy-size", "256MB"])
+    assert result.exit_code == 0, result.output
+    db = tmp_path / "bwbench-history.sqlite"
+    assert "records added to" in result.output and db.is_file()
+    runs = store.recent_runs(db)
+    assert len(runs) == 1 and runs[0].records > 0
+    points = store.query_trend(db, "softmax", impls=["torch"])
+    assert points and all(p.status == "ok" and p.gbps > 0 for p in points)
+    again = runner.invoke(app, ["run", "softmax", "--quick", "--impl", "torch", "--no-report", "-o", str(tmp_path / "b"),
+                                "--name", "quick", "--max-time", "0.2", "--copy-size", "256MB", "--no-store"])
+    assert again.exit_code == 0, again.output
+    assert not (tmp_path / "b" / "bwbench-history.sqlite").exists()
