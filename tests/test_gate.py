@@ -217,7 +217,7 @@ def test_compare_command_exit_codes_and_outputs(runs, tmp_path):
     assert "**softmax**" in worse.stdout and "| verdict | rows | cols | dtype | impl |" in worse.stdout
     assert "| slower | 49152 | 4096 | float16 | torch |" in worse.stdout
     assert "┃" not in worse.stdout and "┃" in worse.stderr, "the table goes to stderr when stdout carries markdown"
-    machine = runner.invoke(app, ["compare", str(RUN_A), str(tmp_path / "slow.json"), "--json", "-"])
+    machine = runner.invoke(app, ["compare", str(first), str(tmp_path / "slow.json"), "--json", "-"])
     verdicts = json.loads(machine.stdout)
     assert verdicts["regression"] is True and verdicts["counts"] == {"slower": 1, "same": 43}
     assert verdicts["summary"].startswith("regression: 1 slower")
