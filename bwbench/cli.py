@@ -15,7 +15,9 @@ from typing import List, Optional
 
 import typer
 
-from .console import comparison_table, device_table, make_console, problems, summary_tables
+from .console import comparison_table, device_table, make_console, plain, problems, summary_tables
+from .gate import check_baseline, check_baseline_device
+from .outputs import check_gate_outputs, check_report_output, check_run_outputs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -37,7 +39,7 @@ class UsageError(Exception):
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    console.print(f"[bold red]error:[/] {plain(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -107,13 +109,25 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
 
 def _guard(fn):
     """Turn the errors a user can cause into a message and an exit code instead of a traceback."""
+    import warnings
+
     from .device import NoGpuError
     from .gate import GateInputError
+    from .outputs import OutputError
     from .profile import ProfilerUnavailable
+    from .results import ResultsWarning
     from .suite import SelectionError, SuiteDefinitionError
 
+    def show(message, category, *_args, **_kwargs):
+        console.print(f"[yellow]warning:[/] {plain(message)}", soft_wrap=True)
+
     try:
-        return fn()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ResultsWarning)
+            warnings.showwarning = show
+            return fn()
+    except OutputError as err:
+        fail(str(err))
     except (UsageError, SelectionError) as err:
         fail(str(err))
     except NoGpuError as err:
@@ -153,6 +167,8 @@ def run(
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Gate: a results file to compare with at the end; exit 1 on a real regression."),
     max_drop: str = typer.Option("5%", "--max-drop", help="Gate threshold for --baseline (5% or 0.05)."),
     min_copy_fraction: Optional[float] = typer.Option(None, "--min-copy-fraction", help="Gate: exit 1 when an implementation run reaches less than this fraction of the same-run copy bandwidth (e.g. 0.9 with --impl optimized)."),
+    force: bool = typer.Option(False, "--force", help="Replace the files of an existing --name (never the --baseline file)."),
+    allow_partial: bool = typer.Option(False, "--allow-partial", help="Gate: let invalid numbers and an interrupted baseline pass (reported, exit 0)."),
 ):
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
@@ -177,7 +193,8 @@ def run(
             impls = chosen.select_impls(split_list(impl))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
             plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick)))
-        gates = _prepare_gates(baseline, max_drop, min_copy_fraction)
+        gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
+        check_run_outputs(out, name, force, [baseline] if baseline else [])
         return plans, parse_size(copy_size), gates
 
     plans, copy_bytes, gates = _guard(prepare)
@@ -185,7 +202,7 @@ def run(
         plans, copy_bytes,
         RunSettings(timing=timing, seed=seed),
         SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time),
-        out, name, report, gpu, gates,
+        out, name, report, gpu, gates, force=force, protected=[baseline] if baseline else [],
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]}))
@@ -228,14 +245,17 @@ class Gates:
     baseline: object | None = None
     max_drop: float = 0.05
     min_copy_fraction: float | None = None
+    allow_partial: bool = False
 
 
-def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: Optional[float]) -> Gates:
+def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: Optional[float],
+                   allow_partial: bool = False) -> Gates:
     """Read the baseline up front, so a bad gate argument fails before any GPU time is spent."""
-    from .gate import parse_fraction
+    from .gate import check_threshold, parse_fraction
     from .results import read_document
 
-    gates = Gates(max_drop=parse_fraction(max_drop), min_copy_fraction=min_copy_fraction)
+    gates = Gates(max_drop=parse_fraction(max_drop), min_copy_fraction=min_copy_fraction, allow_partial=allow_partial)
+    check_threshold(gates.max_drop)
     if min_copy_fraction is not None and not 0 < min_copy_fraction <= 1.5:
         raise UsageError(f"--min-copy-fraction takes a fraction such as 0.9 (got {min_copy_fraction})")
     if baseline is not None:
@@ -243,23 +263,24 @@ def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: O
             gates.baseline = read_document(baseline)
         except ValueError as err:
             raise UsageError(f"--baseline: {err}") from None
+        check_baseline(gates.baseline, allow_partial)
     return gates
 
 
 def _apply_gates(gates: Gates, document) -> bool:
     """Print each gate's verdict; True when every gate passed."""
-    from .gate import compare_runs, copy_fraction_violations, has_regression
+    from .gate import compare_runs, copy_fraction_violations
 
     passed = True
     if gates.baseline is not None:
         comparisons = compare_runs(gates.baseline, document, gates.max_drop)
         console.print(comparison_table(comparisons, gates.max_drop))
-        passed &= not has_regression(comparisons)
+        passed &= gate_passes(comparisons, gates.baseline, document, gates.allow_partial)
     if gates.min_copy_fraction is not None:
         violations = copy_fraction_violations(document, gates.min_copy_fraction)
         for v in violations:
             got = "failed" if v.pct_copy is None else f"{v.pct_copy:.1f}%"
-            console.print(f"[bold red]below floor[/] {v.suite} {v.case} {v.dtype} {v.impl}: {got} of copy "
+            console.print(f"[bold red]below floor[/] {plain(f'{v.suite} {v.case} {v.dtype} {v.impl}')}: {got} of copy "
                           f"(needs {v.required_pct:.0f}%)", soft_wrap=True)
         if not violations:
             console.print(f"[green]every implementation at or above {gates.min_copy_fraction:.0%} of copy[/]")
@@ -267,10 +288,23 @@ def _apply_gates(gates: Gates, document) -> bool:
     return passed
 
 
-def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, gpu, gates, options) -> int:
+def gate_passes(comparisons, baseline, current, allow_partial: bool) -> bool:
+    """The baseline gate's decision, with a line for each run that stopped early."""
+    from .gate import gate_fails, partial_runs
+
+    partial = partial_runs(baseline, current)
+    for line in partial:
+        console.print(f"[bold red]partial run[/]: {plain(line)}"
+                      + (" (allowed by --allow-partial)" if allow_partial else " (--allow-partial accepts it)"))
+    return not gate_fails(comparisons, partial, allow_partial)
+
+
+def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, gpu, gates, options,
+                  force=False, protected=()) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .device import query_device, require_cuda
+    from .outputs import make_folder, results_stem
     from .results import ResultsWriter, RunDocument, write_csv
     from .runner import Runner
     from .telemetry import Telemetry
@@ -278,9 +312,10 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
 
     device = require_cuda(gpu)
     info = query_device(device)
+    check_baseline_device(gates.baseline, info.gpu_name)
     for plan in plans:
-        console.print(f"[bold]{plan.suite.name}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
-                      f"+ copy ceiling on {info.gpu_name}")
+        console.print(f"[bold]{plain(plan.suite.name)}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
+                      f"+ copy ceiling on {plain(info.gpu_name)}")
     timer = Timer(device, info.l2_bytes, info.sm_clock_max_mhz, policy)
     with console.status("measuring the device copy bandwidth…"):
         import torch
@@ -289,8 +324,8 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
         info.copy_bytes = min(copy_bytes, free // 4)
         _measure_device_copy(timer, info)
     label = plans[0].suite.name if len(plans) == 1 else ("all" if options.get("suite") == "all" else "suites")
-    stem = name or _default_stem(label, info.gpu_name)
-    out.mkdir(parents=True, exist_ok=True)
+    stem = results_stem(out, name, _default_stem(label, info.gpu_name), force, protected)
+    make_folder(out)
     paths = {ext: out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
     document = RunDocument(environment=info.to_dict(), options=options,
                            suites={plan.suite.name: plan.suite.describe() for plan in plans})
@@ -299,7 +334,7 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("starting", total=sum(len(p.cases) * (len(p.impls) + 1) for p in plans))
-        writer = ResultsWriter(paths["json"], document, on_add=lambda rec: progress.advance(task))
+        writer = ResultsWriter(paths["json"], document, on_add=lambda rec: progress.advance(task), replace=force)
         runner = Runner(device, timer, writer, settings, info.peak_gbps, Telemetry(info.gpu_uuid, info.gpu_index),
                         on_step=lambda text: progress.update(task, description=text))
         try:
@@ -319,12 +354,12 @@ def _run_measured(plans, copy_bytes, settings, policy, out, name, want_report, g
     if want_report and document.records:
         try:  # the results are written; a missing plotly costs only the page
             write_html_report([(info.gpu_name, document)], paths["html"])
-            console.print(f"report:  {paths['html']}")
+            console.print(f"report:  {plain(paths['html'])}")
         except ReportUnavailable as err:
             console.print(f"[yellow]warning:[/] {err}", soft_wrap=True)
-    console.print(f"results: {paths['json']} (CSV: {paths['csv']})")
+    console.print(f"results: {plain(paths['json'])} (CSV: {plain(paths['csv'])})")
     if interrupted:
-        console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {paths['json']}")
+        console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {plain(paths['json'])}")
         return EXIT_INTERRUPTED
     gates_passed = _apply_gates(gates, document)
     failed = any(r.status == "failed" for r in document.records)
@@ -343,12 +378,12 @@ def list_suites():
         table.add_column(col)
     for name, entry in discover().items():
         if isinstance(entry, BrokenSuite):
-            table.add_row(name, f"[red]cannot load: {entry.error}[/]", "", "", "")
+            table.add_row(plain(name), f"[red]cannot load: {plain(entry.error)}[/]", "", "", "")
             continue
         axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in entry.describe()["axes"].items())
-        dtypes = ", ".join(f"[bold]{d}[/]" if d in entry.default_dtypes else d for d in entry.dtypes)
+        dtypes = ", ".join(f"[bold]{plain(d)}[/]" if d in entry.default_dtypes else plain(d) for d in entry.dtypes)
         impls = "\n".join(f"{i.name} ({i.kind})" for i in entry.implementations.values())
-        table.add_row(name, entry.description, axes, dtypes, impls)
+        table.add_row(plain(name), plain(entry.description), plain(axes), dtypes, plain(impls))
     console.print(table)
     console.print("[dim]bold dtype = default; every run also measures the same-size copy ceiling[/]")
 
@@ -405,8 +440,9 @@ def report_cmd(
                 label = f"{label} ({path.stem})"
             documents.append((label, doc))
         target = output or files[0].with_suffix(".html")
+        check_report_output(target, files)
         write_html_report(documents, target)
-        console.print(f"report: {target}")
+        console.print(f"report: {plain(target)}")
 
     _guard(build)
 
@@ -432,6 +468,7 @@ def profile(
 
         from .device import query_device, require_cuda
         from .discovery import get_suite
+        from .outputs import check_writable_folder, results_stem
         from .profile import ProfileResult, find_ncu, run_ncu
         from .results import ResultsWriter, RunDocument
         from .runner import Runner, RunSettings
@@ -451,11 +488,12 @@ def profile(
         if len(cases) > 4:
             raise UsageError(f"that selects {len(cases)} cases; profile one at a time (name every axis)")
         find_ncu()
+        check_writable_folder(out)
         device = require_cuda(gpu)
         facts = query_device(device)
         timer = Timer(device, facts.l2_bytes, facts.sm_clock_max_mhz, SamplingPolicy(max_seconds=0.5))
         out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{_default_stem(chosen.name, facts.gpu_name)}-profile.json"
+        path = out / f"{results_stem(out, None, _default_stem(chosen.name, facts.gpu_name) + '-profile', False)}.json"
         document = RunDocument(environment=facts.to_dict(), options={"profile": True, "argv": sys.argv[1:]},
                                suites={chosen.name: chosen.describe()})
         writer = ResultsWriter(path, document)
@@ -465,26 +503,26 @@ def profile(
                     "bwbench µs", "ncu µs", "ncu / bwbench"):
             table.add_column(col, justify="left" if col in ("case", "dtype", "impl") else "right")
         for c in cases:
-            with console.status(f"checking and timing {c}…"):
+            with console.status(f"checking and timing {plain(c)}…"):
                 records = runner.run_case(chosen, c, impls)
             for rec in records:
                 if rec.impl == "copy":
                     continue
                 if rec.status != "ok":
-                    table.add_row(c.id, c.dtype, rec.impl, rec.status, "", "", "", "", "", "")
+                    table.add_row(plain(c.id), plain(c.dtype), plain(rec.impl), rec.status, "", "", "", "", "", "")
                     continue
-                with console.status(f"ncu on {rec.impl} {c}…"):
+                with console.status(f"ncu on {plain(rec.impl)} {plain(c)}…"):
                     kernels = run_ncu(chosen.name, rec.impl, dict(c.params), c.dtype, seed, gpu)
                 result = ProfileResult(kernels, rec.bytes_total, rec.stats["median_us"])
                 rec.extra = {**(rec.extra or {}), "profile": result.to_dict()}
                 writer.flush()
-                table.add_row(c.id, c.dtype, rec.impl, str(len(kernels)), f"{result.model_bytes / 1e6:,.1f}",
+                table.add_row(plain(c.id), plain(c.dtype), plain(rec.impl), str(len(kernels)), f"{result.model_bytes / 1e6:,.1f}",
                               f"{result.dram_bytes / 1e6:,.1f}", f"{result.bytes_ratio:.2f}×",
                               f"{result.bwbench_median_us:,.1f}", f"{result.ncu_time_us:,.1f}",
                               f"{result.time_ratio:.2f}" if result.time_ratio else "—")
         writer.finish()
         console.print(table)
-        console.print(f"results: {path}")
+        console.print(f"results: {plain(path)}")
         return EXIT_OK
 
     raise typer.Exit(_guard(measure))
@@ -501,6 +539,7 @@ def compare(
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
     min_bytes: str = typer.Option("0", "--min-bytes", help="Leave out records that move fewer bytes, e.g. 64MB: cases of a few microseconds drift between runs by more than --max-drop."),
+    allow_partial: bool = typer.Option(False, "--allow-partial", help="Let invalid numbers (NaN, infinite, negative or zero GB/s) and a run that stopped early pass the gate (still reported)."),
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
 
@@ -508,13 +547,15 @@ def compare(
     """
 
     def judge_runs() -> int:
-        import json
 
-        from .gate import compare_runs, has_regression, markdown, parse_fraction
+        from .gate import check_threshold, compare_runs, has_regression, markdown, parse_fraction, partial_runs
         from .results import read_document
+        from .safe_json import dumps_finite
 
         threshold = parse_fraction(max_drop)
+        check_threshold(threshold)
         smallest = parse_size(min_bytes)
+        check_gate_outputs({"--markdown": markdown_out, "--json": json_out}, [baseline, current])
         try:
             docs = [read_document(p) for p in (baseline, current)]
         except ValueError as err:
@@ -530,22 +571,26 @@ def compare(
                 raise UsageError(f"--impl {', '.join(unknown)}: not in these runs; they have {', '.join(sorted(known))}")
             comparisons = [c for c in comparisons if c.impl in wanted]
         console.print(comparison_table(comparisons, threshold, show_all))
+        partial = partial_runs(docs[0], docs[1])
+        passed = gate_passes(comparisons, docs[0], docs[1], allow_partial)
         if markdown_out is not None:
             _write_text(markdown_out, markdown(comparisons, threshold))
         if json_out is not None:
-            payload = {"max_drop": threshold, "regression": has_regression(comparisons),
-                       "comparisons": [c.to_dict() for c in comparisons]}
-            _write_text(json_out, json.dumps(payload, indent=1) + "\n")
-        return EXIT_FAILED if has_regression(comparisons) else EXIT_OK
+            payload = {"max_drop": threshold, "regression": has_regression(comparisons), "passed": passed,
+                       "partial_runs": partial, "comparisons": [c.to_dict() for c in comparisons]}
+            _write_text(json_out, dumps_finite(payload, indent=1) + "\n")
+        return EXIT_OK if passed else EXIT_FAILED
 
     raise typer.Exit(_guard(judge_runs))
 
 
 def _write_text(target: Path, text: str) -> None:
+    from .outputs import write_text
+
     if str(target) == "-":
         print(text, end="")
     else:
-        target.write_text(text, encoding="utf-8")
+        write_text(target, text)
 
 
 def main() -> None:

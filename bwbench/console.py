@@ -6,10 +6,17 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .results import Record, memory_text
 from .suite import COPY_IMPL
+
+
+def plain(value: Any) -> str:
+    """External text (a GPU or implementation name, a failure reason, a path) made inert for rich
+    markup: '[/]' or '[enforce fail at ...]' is printed as written, never read as a style tag."""
+    return escape(str(value))
 
 
 def _gb(value: float | None) -> str:
@@ -48,15 +55,15 @@ def summary_tables(records: Iterable[Record]) -> list[Table]:
         cases = list(dict.fromkeys(r.case for r in recs))
         by_key = {(r.case, r.impl): r for r in recs}
         show_mask = any(r.mask_bytes is not None for r in recs)
-        title = f"{suite} · {dtype} · GB/s (% of same-size copy)"
+        title = f"{plain(suite)} · {plain(dtype)} · GB/s (% of same-size copy)"
         if show_mask:
             title += " · [cyan]mask[/] kept for the backward"
         table = Table(title=title, title_justify="left")
         table.add_column("case", style="bold")
         for impl in impls:
-            table.add_column(impl, justify="right")
+            table.add_column(plain(impl), justify="right")
         for case in cases:
-            table.add_row(case, *(cell(by_key.get((case, impl)), show_mask) for impl in impls))
+            table.add_row(plain(case), *(cell(by_key.get((case, impl)), show_mask) for impl in impls))
         tables.append(table)
     return tables
 
@@ -66,9 +73,9 @@ def problems(records: Iterable[Record]) -> list[str]:
     lines = []
     for r in records:
         if r.status == "failed":
-            lines.append(f"[red]FAILED[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
+            lines.append(f"[red]FAILED[/] {plain(f'{r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}')}")
         elif r.status == "ok" and r.reason:
-            lines.append(f"[yellow]warning[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
+            lines.append(f"[yellow]warning[/] {plain(f'{r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}')}")
     return lines
 
 
@@ -94,7 +101,7 @@ def device_table(env: dict[str, Any]) -> Table:
     if env.get("kernel_options"):
         rows.append(("kernel options", env["kernel_options"]))
     for key, value in rows:
-        table.add_row(key, str(value))
+        table.add_row(key, plain(value))
     return table
 
 
@@ -107,7 +114,8 @@ def make_console() -> Console:
 
 
 VERDICT_STYLE = {"faster": "green", "same": "dim", "slower": "bold red", "ambiguous": "yellow",
-                 "missing": "magenta", "new": "cyan", "failed": "bold red", "still failing": "red"}
+                 "missing": "magenta", "new": "cyan", "failed": "bold red", "still failing": "red",
+                 "invalid": "bold red", "incomplete": "bold red"}
 
 
 def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Table:
@@ -122,7 +130,7 @@ def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Ta
     verdict = "[bold red]regression[/]" if has_regression(comparisons) else "[green]no regression[/]"
     absent = {} if show_all else absent_suites(comparisons)
     table = Table(title=f"{verdict} at a {max_drop:.1%} threshold ({counts})", title_justify="left",
-                  caption=absent_line(absent) + (" (--all lists them)" if absent else "") or None,
+                  caption=plain(absent_line(absent) + (" (--all lists them)" if absent else "")) or None,
                   caption_justify="left")
     for col, justify in (("verdict", "left"), ("suite", "left"), ("case", "left"), ("dtype", "left"),
                          ("impl", "left"), ("baseline GB/s", "right"), ("current GB/s", "right"),
@@ -132,7 +140,7 @@ def comparison_table(comparisons, max_drop: float, show_all: bool = False) -> Ta
         if (c.verdict == "same" and not show_all) or c.suite in absent:
             continue
         style = VERDICT_STYLE.get(c.verdict, "")
-        table.add_row(f"[{style}]{c.verdict}[/]", c.suite, c.case, c.dtype, c.impl, _gb(c.baseline_gbps),
-                      _gb(c.current_gbps), "—" if c.change is None else f"{c.change:+.1%}",
-                      "—" if c.p_value is None else f"{c.p_value:.2g}", (c.note or "")[:80])
+        table.add_row(f"[{style}]{plain(c.verdict)}[/]", plain(c.suite), plain(c.case), plain(c.dtype), plain(c.impl),
+                      _gb(c.baseline_gbps), _gb(c.current_gbps), "—" if c.change is None else f"{c.change:+.1%}",
+                      "—" if c.p_value is None else f"{c.p_value:.2g}", plain((c.note or "")[:80]))
     return table

@@ -127,6 +127,34 @@ def distinct_outputs(outputs: dict[str, os.PathLike | str | None]) -> None:
         seen[key] = option
 
 
+def check_run_outputs(folder: Path, name: str | None, force: bool, inputs: Iterable[os.PathLike | str]) -> None:
+    """`run`'s outputs, checked before any GPU work: the folder can be written, a --name is a
+    plain stem whose files exist only with --force, and never are one of the run's inputs."""
+    check_writable_folder(folder)
+    if name is not None:
+        results_stem(Path(folder), name, "", force, inputs)
+
+
+def check_report_output(target: os.PathLike | str, inputs: Iterable[os.PathLike | str]) -> None:
+    """`report -o`: never one of the results files it reads, never another results file."""
+    refuse_input_as_output(target, inputs, "--output")
+    refuse_results_file(target, "--output")
+    check_writable_folder(Path(target).parent)
+
+
+def check_gate_outputs(outputs: dict[str, os.PathLike | str | None], inputs: Iterable[os.PathLike | str]) -> None:
+    """`compare --json/--markdown`: never an input (the baseline), never a results file, never
+    both options on one file; checked before the runs are read."""
+    inputs = list(inputs)
+    distinct_outputs(outputs)
+    for option, target in outputs.items():
+        if target is None or str(target) == "-":
+            continue
+        refuse_input_as_output(target, inputs, option)
+        refuse_results_file(target, option)
+        check_writable_folder(Path(target).parent)
+
+
 # --- folders ---------------------------------------------------------------------------------
 def check_writable_folder(folder: Path) -> None:
     """Fail now (before any GPU time) when `folder` cannot hold the run's files. A folder that
