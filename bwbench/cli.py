@@ -547,7 +547,6 @@ def compare(
     """
 
     def judge_runs() -> int:
-
         from .gate import check_threshold, compare_runs, has_regression, markdown, parse_fraction, partial_runs
         from .results import read_document
         from .safe_json import dumps_finite
