@@ -349,6 +349,8 @@ def _read_whole(text: str, path: Path) -> RunDocument:
         head = json.loads(text)
     except json.JSONDecodeError as err:
         raise ResultsFileError(f"{path} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ResultsFileError(f"{path} nests too deeply: not a bwbench results file") from None
     if not isinstance(head, dict) or "schema" not in head:
         raise ResultsFileError(f"{path} is not a bwbench results file")
     _check_schema(head["schema"], path)

@@ -32,10 +32,10 @@ from bwbench.timing import CopyCeiling, Measurement
 
 GPU_NAME = "Fake GPU [/] 80GB"
 """A GPU name with rich markup in it: printing it unescaped raises a MarkupError."""
-PEAK_GBPS = 3000.0
-COPY_GBPS = 2000.0
-N = 1 << 20
-"""Elements of the fake suite's case: 4 MiB of float32 read and 4 MiB written."""
+PEAK_GBPS = 187.5
+COPY_GBPS = 125.0
+N = 1 << 16
+"""Elements of the fake suite's case: 256 KiB of float32 read and 256 KiB written."""
 
 TIMES_US = {"good": 5.0, "slow": 10.0, "wrong": 5.0, "ctrl_c": 5.0}
 """Median microseconds each implementation reports to the fake timer."""
@@ -138,6 +138,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (16 << 30, 80 << 30))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(bwbench.runner.gc, "collect", lambda *a: 0)
     FakeTimer.measured = 0
     FakeTimer.copies = 0
     return calls
@@ -196,11 +197,12 @@ def test_bytes_to_gbps_to_pct_copy_to_pct_peak_on_a_known_record(fake_gpu, tmp_p
     assert run(tmp_path, "--impl", "good").exit_code == 0
     good = next(r for r in read_document(only_results(tmp_path)).records if r.impl == "good")
     assert (good.bytes_read, good.bytes_written, good.bytes_total) == (4 * N, 4 * N, 8 * N)
-    gbps = 8 * N / (TIMES_US["good"] * 1e-6) / 1e9  # 1677.72 GB/s: 8 MiB in 5 us
+    gbps = 8 * N / (TIMES_US["good"] * 1e-6) / 1e9  # 104.86 GB/s: 512 KiB in 5 us
     assert good.gbps == pytest.approx(gbps, rel=1e-9)
     assert good.copy_gbps == pytest.approx(COPY_GBPS)
     assert good.pct_copy == pytest.approx(100 * gbps / COPY_GBPS, rel=1e-9)  # 83.89%
     assert good.pct_peak == pytest.approx(100 * gbps / PEAK_GBPS, rel=1e-9)  # 55.92%
+    assert (good.pct_copy, good.pct_peak) == (pytest.approx(83.886, abs=1e-3), pytest.approx(55.924, abs=1e-3))
     assert good.stats["median_us"] == pytest.approx(TIMES_US["good"])
 
 
