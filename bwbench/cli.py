@@ -160,7 +160,7 @@ def run(
     min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (each case gets seed + its number)."),
     out: Path = typer.Option(Path("reports"), "--out", "-o", help="Folder for the results JSON, CSV and HTML report."),
-    name: Optional[str] = typer.Option(None, "--name", help="File name stem (default SUITE-GPU-TIMESTAMP)."),
+    name: Optional[str] = typer.Option(None, "--name", help="File name stem, without folders (default SUITE-GPU-TIMESTAMP-TAG, never an existing file)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
     gpu: int = typer.Option(0, "--gpu", help="CUDA device index."),
     copy_size: str = typer.Option("4GB", "--copy-size", help="Buffer size of the device copy-bandwidth measurement."),
@@ -173,7 +173,7 @@ def run(
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
     Axis values can be chosen with --NAME VALUES (e.g. --cols 1024,4096 --rows 4096) or --axis NAME=VALUES.
-    Results go to OUT/NAME.json (written after every record, so an interrupted run keeps what it measured), OUT/NAME.csv and OUT/NAME.html.
+    Results stream into OUT/NAME.jsonl (a line a record, so an interrupted run keeps what it measured), exported as OUT/NAME.json when the run ends; also OUT/NAME.csv and OUT/NAME.html. An existing NAME is replaced only with --force.
     """
     from .runner import RunSettings
     from .stats import SamplingPolicy
@@ -543,7 +543,7 @@ def compare(
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE.
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing (failed in both runs: reported, not a regression), invalid (a NaN, infinite, negative, zero or absent GB/s), incomplete (absent because CURRENT stopped early). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, or invalid data or a run that stopped early (unless --allow-partial), 2 usage or input error.
     """
 
     def judge_runs() -> int:
