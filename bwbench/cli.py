@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 an implementation failed its check or errored (its reco
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
     number, unit = float(match.group(1)), (match.group(2) or "").lower().rstrip("b")
+    if not math.isfinite(number):
+        raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
     if unit not in scale:
         raise UsageError(f"unknown size unit in {text!r}")
@@ -184,8 +187,10 @@ def run(
 
         if timing not in TIMING_MODES:
             raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
-        if max_time <= 0 or noise <= 0 or min_samples < 1:
+        if not (0 < max_time < math.inf and 0 < noise < math.inf) or min_samples < 1:
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
+        if gpu < 0:
+            raise UsageError(f"--gpu takes a device index of 0 or more (got {gpu})")
         plans = []
         axis_args = parse_axis_args(list(ctx.args), axis)
         for suite_name in _suite_names(suite):

@@ -406,6 +406,9 @@ def test_a_file_over_the_size_limit_is_refused(tmp_path, monkeypatch):
     (("softmax", "--max-drop", "150%", "--baseline", "x.json"), "threshold must be between 0% and 100%"),
     (("softmax", "--max-drop", "nan"), "cannot read 'nan' as a fraction"),
     (("softmax", "--min-copy-fraction", "7"), "--min-copy-fraction takes a fraction"),
+    (("softmax", "--copy-size", "1e400"), "cannot read '1e400' as a size"),
+    (("softmax", "--max-time", "nan"), "--max-time and --noise must be positive"),
+    (("softmax", "--gpu", "-1"), "--gpu takes a device index of 0 or more"),
 ])
 def test_bad_values_fail_before_any_gpu_work(tmp_path, args, message):
     code, text = cli("run", *args, "--out", tmp_path)
