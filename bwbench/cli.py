@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 an implementation failed its check or errored (its reco
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from .console import comparison_table, device_table, make_console, problems, summary_tables
+from .console import comparison_table, device_table, make_console, plain, problems, summary_tables
+from .gate import check_baseline, check_baseline_device
+from .outputs import check_gate_outputs, check_report_output, check_run_outputs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -38,7 +41,7 @@ class UsageError(Exception):
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    console.print(f"[bold red]error:[/] {plain(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -79,6 +82,8 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
     number, unit = float(match.group(1)), (match.group(2) or "").lower().rstrip("b")
+    if not math.isfinite(number):
+        raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
     if unit not in scale:
         raise UsageError(f"unknown size unit in {text!r}")
@@ -113,14 +118,26 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
 
 def _guard(fn):
     """Turn the errors a user can cause into a message and an exit code instead of a traceback."""
+    import warnings
+
     from .device import NoGpuError
     from .gate import GateInputError
+    from .outputs import OutputError
     from .profile import ProfilerUnavailable
+    from .results import ResultsWarning
     from .suite import SelectionError, SuiteDefinitionError
     from .timing import TimerUnavailable
 
+    def show(message, category, *_args, **_kwargs):
+        console.print(f"[yellow]warning:[/] {plain(message)}", soft_wrap=True)
+
     try:
-        return fn()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ResultsWarning)
+            warnings.showwarning = show
+            return fn()
+    except OutputError as err:
+        fail(str(err))
     except (UsageError, SelectionError) as err:
         fail(str(err))
     except NoGpuError as err:
@@ -156,7 +173,7 @@ def run(
     min_samples: int = typer.Option(20, "--min-samples", help="Samples taken before the noise target can stop sampling."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs (each case's inputs are fixed by this seed and the case itself)."),
     out: Path = typer.Option(Path("reports"), "--out", "-o", help="Folder for the results JSON, CSV and HTML report."),
-    name: Optional[str] = typer.Option(None, "--name", help="File name stem (default SUITE-GPU-TIMESTAMP)."),
+    name: Optional[str] = typer.Option(None, "--name", help="File name stem, without folders (default SUITE-GPU-TIMESTAMP-TAG, never an existing file)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write the HTML report at the end."),
     gpu: int = typer.Option(0, "--gpu", help="CUDA device index."),
     copy_size: str = typer.Option("4GB", "--copy-size", help="Buffer size of the device copy-bandwidth measurement."),
@@ -165,11 +182,13 @@ def run(
     min_copy_fraction: Optional[float] = typer.Option(None, "--min-copy-fraction", help="Gate: exit 1 when an implementation run reaches less than this fraction of the same-run copy bandwidth (e.g. 0.9 with --impl optimized)."),
     store: Optional[Path] = typer.Option(None, "--store", help="Results store the finished run is added to (default: OUT/bwbench-history.sqlite)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not add the run to the results store."),
+    force: bool = typer.Option(False, "--force", help="Replace the files of an existing --name (never the --baseline file)."),
+    allow_partial: bool = typer.Option(False, "--allow-partial", help="Gate: let invalid numbers and an interrupted baseline pass (reported, exit 0)."),
 ):
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
     Axis values can be chosen with --NAME VALUES (e.g. --cols 1024,4096 --rows 4096) or --axis NAME=VALUES.
-    Results go to OUT/NAME.json (written after every record, so an interrupted run keeps what it measured), OUT/NAME.csv and OUT/NAME.html.
+    Results stream into OUT/NAME.jsonl (a line a record, so an interrupted run keeps what it measured), exported as OUT/NAME.json when the run ends; also OUT/NAME.csv and OUT/NAME.html. An existing NAME is replaced only with --force.
     """
     from .session import SessionSettings
     from .stats import SamplingPolicy
@@ -182,22 +201,25 @@ def run(
         if timing not in TIMING_MODES:
             raise UsageError(f"--timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
         check_timer_kind(timer)
-        if max_time <= 0 or noise <= 0 or min_samples < 1:
+        if not (0 < max_time < math.inf and 0 < noise < math.inf) or min_samples < 1:
             raise UsageError("--max-time and --noise must be positive and --min-samples at least 1")
+        if gpu < 0:
+            raise UsageError(f"--gpu takes a device index of 0 or more (got {gpu})")
         plans = []
         axis_args = parse_axis_args(list(ctx.args), axis)
         for chosen in resolve(suite):
             impls = chosen.select_impls(split_list(impl))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
             plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick)))
-        gates = _prepare_gates(baseline, max_drop, min_copy_fraction)
+        gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
+        check_run_outputs(out, name, force, [baseline] if baseline else [])
         return plans, parse_size(copy_size), gates
 
     plans, copy_bytes, gates = _guard(prepare)
     settings = SessionSettings(timing=timing, seed=seed, copy_bytes=copy_bytes, timer=timer,
                                policy=SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time))
     code = _guard(lambda: _run_measured(
-        plans, settings, out, name, report, gpu, gates,
+        plans, settings, out, name, report, gpu, gates, force=force, protected=[baseline] if baseline else [],
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
@@ -212,14 +234,17 @@ class Gates:
     baseline: object | None = None
     max_drop: float = 0.05
     min_copy_fraction: float | None = None
+    allow_partial: bool = False
 
 
-def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: Optional[float]) -> Gates:
+def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: Optional[float],
+                   allow_partial: bool = False) -> Gates:
     """Read the baseline up front, so a bad gate argument fails before any GPU time is spent."""
-    from .gate import parse_fraction
+    from .gate import check_threshold, parse_fraction
     from .results import read_document
 
-    gates = Gates(max_drop=parse_fraction(max_drop), min_copy_fraction=min_copy_fraction)
+    gates = Gates(max_drop=parse_fraction(max_drop), min_copy_fraction=min_copy_fraction, allow_partial=allow_partial)
+    check_threshold(gates.max_drop)
     if min_copy_fraction is not None and not 0 < min_copy_fraction <= 1.5:
         raise UsageError(f"--min-copy-fraction takes a fraction such as 0.9 (got {min_copy_fraction})")
     if baseline is not None:
@@ -227,23 +252,24 @@ def _prepare_gates(baseline: Optional[Path], max_drop: str, min_copy_fraction: O
             gates.baseline = read_document(baseline)
         except ValueError as err:
             raise UsageError(f"--baseline: {err}") from None
+        check_baseline(gates.baseline, allow_partial)
     return gates
 
 
 def _apply_gates(gates: Gates, document) -> bool:
     """Print each gate's verdict; True when every gate passed."""
-    from .gate import compare_runs, copy_fraction_violations, has_regression
+    from .gate import compare_runs, copy_fraction_violations
 
     passed = True
     if gates.baseline is not None:
         comparisons = compare_runs(gates.baseline, document, gates.max_drop)
         console.print(comparison_table(comparisons, gates.max_drop))
-        passed &= not has_regression(comparisons)
+        passed &= gate_passes(comparisons, gates.baseline, document, gates.allow_partial)
     if gates.min_copy_fraction is not None:
         violations = copy_fraction_violations(document, gates.min_copy_fraction)
         for v in violations:
             got = "failed" if v.pct_copy is None else f"{v.pct_copy:.1f}%"
-            console.print(f"[bold red]below floor[/] {v.suite} {v.case} {v.dtype} {v.impl}: {got} of copy "
+            console.print(f"[bold red]below floor[/] {plain(f'{v.suite} {v.case} {v.dtype} {v.impl}')}: {got} of copy "
                           f"(needs {v.required_pct:.0f}%)", soft_wrap=True)
         if not violations:
             console.print(f"[green]every implementation at or above {gates.min_copy_fraction:.0%} of copy[/]")
@@ -251,14 +277,29 @@ def _apply_gates(gates: Gates, document) -> bool:
     return passed
 
 
+def gate_passes(comparisons, baseline, current, allow_partial: bool, screen=None) -> bool:
+    """The baseline gate's decision, with a line for each run that stopped early."""
+    from .gate import gate_fails, partial_runs
+
+    partial = partial_runs(baseline, current)
+    for line in partial:
+        (screen or console).print(f"[bold red]partial run[/]: {plain(line)}"
+                      + (" (allowed by --allow-partial)" if allow_partial else " (--allow-partial accepts it)"))
+    return not gate_fails(comparisons, partial, allow_partial)
+
+
 def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
-                  store_path=None) -> int:
+                  store_path=None, force=False, protected=()) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .device import query_device, require_cuda
+    from .outputs import make_folder, results_stem
     from .results import write_csv
     from .session import Session, fails_run
     from .store import add_finished_run
 
+    if gates.baseline is not None:  # a baseline from another GPU model: refused before any measuring
+        check_baseline_device(gates.baseline, query_device(require_cuda(gpu)).gpu_name)
     with console.status("measuring the device copy bandwidth…"):
         session = Session.open(gpu, settings)
     info = session.environment
@@ -267,16 +308,16 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
     console.print(f"timer: {choice.used}" + ("" if choice.reason == "asked for" else f" ({escape(choice.reason)})"),
                   soft_wrap=True)
     for plan in plans:
-        console.print(f"[bold]{plan.suite.name}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
-                      f"+ copy ceiling on {session.gpu_name}")
+        console.print(f"[bold]{plain(plan.suite.name)}[/]: {len(plan.cases)} cases × {len(plan.impls)} implementations "
+                      f"+ copy ceiling on {plain(session.gpu_name)}")
     label = plans[0].suite.name if len(plans) == 1 else ("all" if options.get("suite") == "all" else "suites")
-    stem = name or _default_stem(label, session.gpu_name)
-    out.mkdir(parents=True, exist_ok=True)
+    stem = results_stem(out, name, _default_stem(label, session.gpu_name), force, protected)
+    make_folder(out)
     paths = {ext: out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("starting", total=sum(len(p.cases) * (len(p.impls) + 1) for p in plans))
-        document = session.run(plans, output=paths["json"], options=options,
+        document = session.run(plans, output=paths["json"], options=options, replace=force,
                                on_record=lambda rec: progress.advance(task),
                                on_step=lambda text: progress.update(task, description=text))
     interrupted = document.interrupted
@@ -293,12 +334,12 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
     if want_report and document.records:
         try:  # the results are written; a missing plotly costs only the page
             write_html_report([(session.gpu_name, document)], paths["html"])
-            console.print(f"report:  {paths['html']}")
+            console.print(f"report:  {plain(paths['html'])}")
         except ReportUnavailable as err:
             console.print(f"[yellow]warning:[/] {err}", soft_wrap=True)
-    console.print(f"results: {paths['json']} (CSV: {paths['csv']})")
+    console.print(f"results: {plain(paths['json'])} (CSV: {plain(paths['csv'])})")
     if interrupted:
-        console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {paths['json']}")
+        console.print(f"[yellow]interrupted[/]: {len(document.records)} records kept in {plain(paths['json'])}")
         return EXIT_INTERRUPTED
     gates_passed = _apply_gates(gates, document)
     failed = any(fails_run(r) for r in document.records)
@@ -322,14 +363,15 @@ def list_suites(
             table.add_column(col)
         for name, entry in entries.items():
             if isinstance(entry, BrokenSuite):
-                table.add_row(name, f"[red]cannot load {entry.where}: {entry.error}[/]", "", "", "")
+                table.add_row(plain(name), f"[red]cannot load {plain(entry.where)}: {plain(entry.error)}[/]", "", "", "")
                 continue
             axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in entry.describe()["axes"].items())
-            dtypes = ", ".join(f"[bold]{d}[/]" if d in entry.default_dtypes else d for d in entry.dtypes)
+            dtypes = ", ".join(f"[bold]{plain(d)}[/]" if d in entry.default_dtypes else plain(d) for d in entry.dtypes)
             order = {k: i for i, k in enumerate(kind_order(i.kind for i in entry.implementations.values()))}
             impls = "\n".join(f"{i.name} ({i.kind}{', baseline' if i.is_baseline else ''})"
                               for i in sorted(entry.implementations.values(), key=lambda i: order[i.kind]))
-            table.add_row(name, entry.description + (f"\n[dim]{entry.source}[/]" if source else ""), axes, dtypes, impls)
+            table.add_row(plain(name), plain(entry.description) + (f"\n[dim]{plain(entry.source)}[/]" if source else ""),
+                          plain(axes), dtypes, plain(impls))
         console.print(table)
         console.print("[dim]bold dtype = default; every run also measures the same-size copy ceiling[/]")
         broken = [e for e in entries.values() if isinstance(e, BrokenSuite)]
@@ -378,6 +420,8 @@ def report_cmd(
         from .results import read_document
         from .summary import run_labels
 
+        target = output or files[0].with_suffix(".html")
+        check_report_output(target, files)
         docs = []
         for path in files:
             try:
@@ -389,9 +433,8 @@ def report_cmd(
             documents = filter_documents(list(zip(labels, docs)), split_list(suite), split_list(impl), split_list(dtype))
         except ReportFilterError as err:
             raise UsageError(str(err)) from None
-        target = output or files[0].with_suffix(".html")
         write_html_report(documents, target, title)
-        console.print(f"report: {target}")
+        console.print(f"report: {plain(target)}")
 
     _guard(build)
 
@@ -416,6 +459,7 @@ def profile(
         from rich.table import Table
 
         from .discovery import get_suite
+        from .outputs import check_writable_folder, make_folder, results_stem
         from .profile import find_ncu, profile_hook
         from .session import Session, SessionSettings, SuitePlan
         from .stats import SamplingPolicy
@@ -433,10 +477,11 @@ def profile(
         if len(cases) > 4:
             raise UsageError(f"that selects {len(cases)} cases; profile one at a time (name every axis)")
         find_ncu()
+        check_writable_folder(out)
         session = Session.open(gpu, SessionSettings(seed=seed, policy=SamplingPolicy(max_seconds=0.5)),
                                measure_copy=False)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{_default_stem(chosen.name, session.gpu_name)}-profile.json"
+        make_folder(out)
+        path = out / f"{results_stem(out, None, _default_stem(chosen.name, session.gpu_name) + '-profile', False)}.json"
         table = Table(title=f"{chosen.name}: DRAM bytes measured by Nsight Compute against the byte model")
         for col in ("case", "dtype", "impl", "kernels", "model MB", "DRAM MB", "DRAM / model",
                     "bwbench µs", "events µs", "CUPTI µs", "ncu µs", "ncu / bwbench"):
@@ -451,7 +496,7 @@ def profile(
                 continue
             result = (rec.extra or {}).get("profile")
             if rec.status != "ok" or not result:
-                table.add_row(rec.case, rec.dtype, rec.impl, rec.status, "", "", "", "", "", "", "", "")
+                table.add_row(plain(rec.case), plain(rec.dtype), plain(rec.impl), rec.status, "", "", "", "", "", "", "", "")
                 continue
             table.add_row(rec.case, rec.dtype, rec.impl, str(result["kernel_count"]),
                           f"{result['model_bytes'] / 1e6:,.1f}", f"{result['dram_bytes'] / 1e6:,.1f}",
@@ -480,6 +525,7 @@ def compare(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout; the table then goes to stderr)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
+    allow_partial: bool = typer.Option(False, "--allow-partial", help="Let invalid numbers (NaN, infinite, negative or zero GB/s) and a run that stopped early pass the gate (still reported)."),
     min_bytes: str = typer.Option("0", "--min-bytes", help="Leave out records that move fewer bytes, e.g. 64MB: cases of a few microseconds drift between runs by more than --max-drop."),
     against_store: bool = typer.Option(False, "--against-store", help="Judge the one results file given against the median of recent runs of the same GPU model in the results store."),
     last: int = typer.Option(5, "--last", help="With --against-store: how many recent runs make the baseline."),
@@ -487,21 +533,22 @@ def compare(
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE (or, with --against-store, than in recent stored runs).
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing, invalid (a NaN, infinite, negative, zero or absent GB/s), incomplete (absent because CURRENT stopped early). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, or invalid data or a run that stopped early (unless --allow-partial), 2 usage or input error.
     """
 
     def judge_runs() -> int:
-        import json
-
         from rich.console import Console
 
         from .comparison import build_view, markdown, to_json
         from .console import comparison_output
-        from .gate import compare_runs, has_regression, parse_fraction
+        from .gate import check_threshold, compare_runs, has_regression, parse_fraction, partial_runs
         from .results import read_document
+        from .safe_json import dumps_finite
 
         threshold = parse_fraction(max_drop)
+        check_threshold(threshold)
         smallest = parse_size(min_bytes)
+        check_gate_outputs({"--markdown": markdown_out, "--json": json_out}, [p for p in (baseline, current) if p])
         if against_store:
             if current is not None:
                 raise UsageError("--against-store takes one results file (the run to judge)")
@@ -531,11 +578,13 @@ def compare(
         if note:
             screen.print(note, markup=False, soft_wrap=True)
         screen.print(comparison_output(view, show_all))
+        passed = gate_passes(comparisons, docs[0], docs[1], allow_partial, screen)
         if markdown_out is not None:
             _write_text(markdown_out, markdown(view, show_all))
         if json_out is not None:
-            _write_text(json_out, json.dumps(to_json(view), indent=1) + "\n")
-        return EXIT_FAILED if regression else EXIT_OK
+            payload = {**to_json(view), "passed": passed, "partial_runs": partial_runs(docs[0], docs[1])}
+            _write_text(json_out, dumps_finite(payload, indent=1) + "\n")
+        return EXIT_OK if passed else EXIT_FAILED
 
     raise typer.Exit(_guard(judge_runs))
 
@@ -641,10 +690,12 @@ def history(
 
 
 def _write_text(target: Path, text: str) -> None:
+    from .outputs import write_text
+
     if str(target) == "-":
         print(text, end="")
     else:
-        target.write_text(text, encoding="utf-8")
+        write_text(target, text)
 
 
 def main() -> None:

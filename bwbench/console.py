@@ -6,10 +6,17 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .results import Record, memory_text
 from .suite import COPY_IMPL
+
+
+def plain(value: Any) -> str:
+    """External text (a GPU or implementation name, a failure reason, a path) made inert for rich
+    markup: '[/]' or '[enforce fail at ...]' is printed as written, never read as a style tag."""
+    return escape(str(value))
 
 
 def _gb(value: float | None) -> str:
@@ -52,20 +59,20 @@ def summary_tables(records: Iterable[Record]) -> list[Table]:
         cases = list(dict.fromkeys(r.case for r in recs))
         by_key = {(r.case, r.impl): r for r in recs}
         show_mask = any(r.mask_bytes is not None for r in recs)
-        title = f"{suite} · {dtype} · GB/s (% of same-size copy)"
+        title = f"{plain(suite)} · {plain(dtype)} · GB/s (% of same-size copy)"
         if any(r.host_us is not None for r in recs):
             title += " · [magenta]host µs[/] per call"
         timers = sorted({r.timer for r in recs if r.timer})
         if timers:
-            title += f" · timer: {', '.join(timers)}"
+            title += f" · timer: {plain(', '.join(timers))}"
         if show_mask:
             title += " · [cyan]mask[/] kept for the backward"
         table = Table(title=title, title_justify="left")
         table.add_column("case", style="bold")
         for impl in impls:
-            table.add_column(impl, justify="right")
+            table.add_column(plain(impl), justify="right")
         for case in cases:
-            table.add_row(case, *(cell(by_key.get((case, impl)), show_mask) for impl in impls))
+            table.add_row(plain(case), *(cell(by_key.get((case, impl)), show_mask) for impl in impls))
         tables.append(table)
     return tables
 
@@ -76,12 +83,12 @@ def problems(records: Iterable[Record]) -> list[str]:
     for r in records:
         if r.status == "failed":
             role = " (baseline: does not fail the run)" if r.role == "baseline" else ""
-            lines.append(f"[red]FAILED[/] {r.suite} {r.case} {r.dtype} {r.impl}{role}: {r.reason}")
+            lines.append(f"[red]FAILED[/] {plain(f'{r.suite} {r.case} {r.dtype} {r.impl}{role}: {r.reason}')}")
         elif r.status == "ok" and r.inexact:
-            lines.append(f"[magenta]inexact[/] {r.suite} {r.case} {r.dtype} {r.impl} (baseline, timed at "
-                         f"{r.stats['median_us']:,.1f} µs): {r.reason}")
+            lines.append(f"[magenta]inexact[/] {plain(f'{r.suite} {r.case} {r.dtype} {r.impl}')} (baseline, timed at "
+                         f"{r.stats['median_us']:,.1f} µs): {plain(r.reason or '')}")
         elif r.status == "ok" and r.reason:
-            lines.append(f"[yellow]warning[/] {r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}")
+            lines.append(f"[yellow]warning[/] {plain(f'{r.suite} {r.case} {r.dtype} {r.impl}: {r.reason}')}")
     return lines
 
 
@@ -107,7 +114,7 @@ def device_table(env: dict[str, Any]) -> Table:
     if env.get("kernel_options"):
         rows.append(("kernel options", env["kernel_options"]))
     for key, value in rows:
-        table.add_row(key, str(value))
+        table.add_row(key, plain(value))
     return table
 
 
@@ -120,7 +127,8 @@ def make_console() -> Console:
 
 
 VERDICT_STYLE = {"faster": "green", "same": "dim", "slower": "bold red", "ambiguous": "yellow",
-                 "missing": "magenta", "new": "cyan", "failed": "bold red", "still failing": "red"}
+                 "missing": "magenta", "new": "cyan", "failed": "bold red", "still failing": "red",
+                 "invalid": "bold red", "incomplete": "bold red"}
 """Known verdicts' colours; any other verdict is shown unstyled."""
 
 

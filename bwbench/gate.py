@@ -10,16 +10,21 @@ the run flagged as disturbed: its median measured the GPU's other load, not the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 from typing import Iterable, Sequence
 
 from .results import Record, RunDocument
 from .stats import DISTURBED_WARNING
 from .suite import COPY_IMPL
 
-VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed", "still failing")
+VERDICTS = ("faster", "same", "slower", "ambiguous", "missing", "new", "failed", "still failing", "invalid",
+            "incomplete")
 REGRESSIONS = ("slower", "failed")
-LISTING_ORDER = ("failed", "slower", "ambiguous", "still failing", "missing", "faster", "new", "same")
+PARTIAL = ("invalid", "incomplete")
+"""Verdicts on data the gate cannot judge (a NaN, infinite, negative or zero GB/s; a record absent
+because the current run stopped early): they fail the gate unless it is told to allow partial data."""
+LISTING_ORDER = ("failed", "slower", "invalid", "incomplete", "ambiguous", "still failing", "missing", "faster",
+                 "new", "same")
 """The order verdicts are listed in (tables, markdown): what needs attention first."""
 ABSENT = "absent from the current run"
 """The note of a baseline record the current run has no record for at all."""
@@ -113,17 +118,37 @@ def disturbed_note(base: Record, cur: Record) -> str:
     return "; ".join(parts) + ": re-run to judge" if parts else ""
 
 
+def valid_gbps(value) -> bool:
+    """A bandwidth a gate can judge: a finite positive number."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def invalid_note(base: Record | None, cur: Record | None) -> str:
+    """Why a record's numbers cannot be judged ("current GB/s is nan"), or ""."""
+    parts = []
+    for name, r in (("baseline", base), ("current", cur)):
+        if r is not None and r.status == "ok" and not valid_gbps(r.gbps):
+            parts.append(f"{name} GB/s is {r.gbps!r}" if r.gbps is not None else f"{name} GB/s is absent")
+    return "; ".join(parts)
+
+
 def judge(base: Record | None, cur: Record | None, max_drop: float) -> Comparison:
     ref = cur or base
     key = dict(suite=ref.suite, case=ref.case, dtype=ref.dtype, impl=ref.impl)
-    base_ok = base is not None and base.status == "ok" and base.gbps
-    cur_ok = cur is not None and cur.status == "ok" and cur.gbps
+    base_ok = base is not None and base.status == "ok" and valid_gbps(base.gbps)
+    cur_ok = cur is not None and cur.status == "ok" and valid_gbps(cur.gbps)
     if cur is not None and cur.status == "failed":
         # Failing in both runs is not a change this comparison should stop a merge for (the run
         # itself exits 1 for it); failing now after passing is.
         verdict = "still failing" if base is not None and base.status == "failed" else "failed"
         return Comparison(**key, verdict=verdict, baseline_gbps=base.gbps if base_ok else None,
                           current_gbps=None, change=None, p_value=None, test="", note=cur.reason or "")
+    bad = invalid_note(base, cur)
+    if bad:
+        return Comparison(**key, verdict="invalid",
+                          baseline_gbps=base.gbps if base is not None and valid_gbps(base.gbps) else None,
+                          current_gbps=cur.gbps if cur is not None and valid_gbps(cur.gbps) else None,
+                          change=None, p_value=None, test="", note=bad)
     if not base_ok and not cur_ok:
         return Comparison(**key, verdict="missing", baseline_gbps=None, current_gbps=None, change=None,
                           p_value=None, test="", note="not measured in either run")
@@ -149,11 +174,33 @@ def judge(base: Record | None, cur: Record | None, max_drop: float) -> Compariso
                       p_value=p, test=test, note=note)
 
 
+def check_threshold(max_drop: float) -> None:
+    if not (isinstance(max_drop, float) and math.isfinite(max_drop) and 0 < max_drop < 1):
+        raise GateInputError(f"the threshold must be between 0% and 100% (got {max_drop:.2%})")
+
+
 def check_same_gpu(baseline: RunDocument, current: RunDocument, ignore_gpu: bool) -> None:
     a, b = baseline.environment.get("gpu_name"), current.environment.get("gpu_name")
     if a != b and not ignore_gpu:
         raise GateInputError(f"the baseline ran on {a!r} and the current run on {b!r}: bandwidths of "
                              "different GPU models are not comparable (pass --ignore-gpu to compare anyway)")
+
+
+def check_baseline(baseline: RunDocument, allow_partial: bool = False) -> None:
+    """A baseline the gate can judge against: it has records, and (unless partial data is allowed)
+    it finished. Checked when the gate's arguments are read, before any GPU time is spent."""
+    if not baseline.records:
+        raise GateInputError("the baseline run has no records")
+    state = run_state(baseline)
+    if state and not allow_partial:
+        raise GateInputError(f"the baseline run {state} ({len(baseline.records)} records): "
+                             "re-run it, or pass --allow-partial to gate against what it measured")
+
+
+def check_baseline_device(baseline: RunDocument | None, gpu_name: str | None) -> None:
+    """`run --baseline`: the baseline must come from this GPU model (checked before the sweep)."""
+    if baseline is not None:
+        check_same_gpu(baseline, RunDocument(environment={"gpu_name": gpu_name}, options={}, suites={}), False)
 
 
 def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, ignore_gpu: bool = False,
@@ -164,8 +211,7 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
     microseconds drift between runs by more than a gate's threshold while each run's samples
     agree (H200: dropout at 8 MB, -7.5% between two runs of the same code), and the rank test only
     sees within-run noise."""
-    if not 0 < max_drop < 1:
-        raise GateInputError(f"the threshold must be between 0% and 100% (got {max_drop:.2%})")
+    check_threshold(max_drop)
     check_same_gpu(baseline, current, ignore_gpu)
     base = {record_key(r): r for r in baseline.records}
     cur = {record_key(r): r for r in current.records}
@@ -176,8 +222,42 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
         sizes = [r.bytes_total for r in (base.get(key), cur.get(key)) if r is not None and r.bytes_total]
         return not min_bytes or not sizes or max(sizes) >= min_bytes
 
-    return [judge(base.get(k), cur.get(k), max_drop) for k in keys
-            if (include_copy or k[3] != COPY_IMPL) and big_enough(k)]
+    stopped = run_state(current)
+    verdicts = []
+    for k in keys:
+        if not ((include_copy or k[3] != COPY_IMPL) and big_enough(k)):
+            continue
+        c = judge(base.get(k), cur.get(k), max_drop)
+        if stopped and k not in cur:
+            c = replace(c, verdict="incomplete", note=f"absent: the current run {stopped}")
+        verdicts.append(c)
+    return verdicts
+
+
+def run_state(document: RunDocument) -> str:
+    """'' for a run that finished; otherwise how it stopped ('was interrupted', 'did not finish')."""
+    if document.interrupted:
+        return "was interrupted"
+    if not document.complete:
+        return "did not finish"
+    return ""
+
+
+def partial_runs(baseline: RunDocument | None, current: RunDocument) -> list[str]:
+    """One line for each run that stopped early: the gate cannot vouch for what it did not measure."""
+    lines = []
+    for name, doc in (("baseline", baseline), ("current", current)):
+        if doc is not None and run_state(doc):
+            lines.append(f"the {name} run {run_state(doc)} ({len(doc.records)} records)")
+    return lines
+
+
+def gate_fails(comparisons: Sequence[Comparison], partial: Sequence[str] = (), allow_partial: bool = False) -> bool:
+    """The gate's decision: a regression always fails it; invalid numbers, records a stopped run
+    lacks, and a run that stopped early fail it unless partial data is allowed."""
+    if has_regression(comparisons):
+        return True
+    return not allow_partial and (bool(partial) or any(c.verdict in PARTIAL for c in comparisons))
 
 
 def absent_suites(comparisons: Sequence[Comparison]) -> dict[str, int]:
@@ -221,7 +301,7 @@ def copy_fraction_violations(document: RunDocument, min_fraction: float,
     for r in document.records:
         if r.impl == COPY_IMPL or (impls and r.impl not in impls) or r.status == "skipped":
             continue
-        if r.status != "ok" or r.pct_copy is None or r.pct_copy < 100 * min_fraction:
+        if r.status != "ok" or not valid_gbps(r.pct_copy) or r.pct_copy < 100 * min_fraction:
             out.append(FloorViolation(r.suite, r.case, r.dtype, r.impl, r.pct_copy, 100 * min_fraction))
     return out
 
@@ -233,6 +313,8 @@ def parse_fraction(text: str) -> float:
         value = float(raw.rstrip("%"))
     except ValueError:
         raise GateInputError(f"cannot read {text!r} as a fraction (examples: 5%, 0.05)") from None
+    if not math.isfinite(value):
+        raise GateInputError(f"cannot read {text!r} as a fraction (examples: 5%, 0.05)")
     if raw.endswith("%") or value > 1:
         value /= 100.0
     return value

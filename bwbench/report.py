@@ -167,10 +167,9 @@ CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; styl
 
 def write_report(documents: list[tuple[str, RunDocument]], path: Path, title: str | None = None) -> Path:
     """Write the report page for one or more (label, document) pairs; returns the path written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(documents, title), encoding="utf-8")
-    return path
+    from .outputs import write_text
+
+    return write_text(Path(path), render_html(documents, title))
 
 
 def render_html(documents: list[tuple[str, RunDocument]], title: str | None = None) -> str:

@@ -164,13 +164,14 @@ class Session:
 
     def run(self, work: Iterable[SuitePlan | WorkItem], *, output: str | Path | None = None,
             options: dict[str, Any] | None = None, on_record: Callable[[Record], None] | None = None,
-            on_step: Callable[[str], None] | None = None, after_timing: AfterTiming | None = None) -> RunDocument:
+            on_step: Callable[[str], None] | None = None, after_timing: AfterTiming | None = None,
+            replace: bool = False) -> RunDocument:
         """Check and time every case of every plan; each record goes to `on_record` and (with
         `output`) to the results file as soon as it is made. Ctrl-C ends the run early: the
         document comes back with `interrupted` set and every record measured so far."""
         plans = [w if isinstance(w, SuitePlan) else SuitePlan.from_work_item(w) for w in work]
         document = self.document(plans, options)
-        writer = ResultsWriter(Path(output), document, on_add=on_record) if output is not None \
+        writer = ResultsWriter(Path(output), document, on_add=on_record, replace=replace) if output is not None \
             else MemoryWriter(document, on_add=on_record)
         runner = Runner(self.device, self.timer, writer, self.settings.run_settings(), self.peak_gbps,
                         self.telemetry, on_step=on_step, after_timing=after_timing)

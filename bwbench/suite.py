@@ -219,6 +219,9 @@ class Suite:
     output_check: Callable[[Case, dict[str, Any], Any], tuple[bool, str]] | None = None
     source: str | None = field(default=None, compare=False)
     """The file the suite was loaded from (set by discovery), so another process can load it again."""
+    domains: dict[str, Callable[[Any], str | None]] = field(default_factory=dict)
+    """Per axis, the values it may take (bwbench.domains: positive_int, open_unit_interval, ...):
+    every case is checked against them before any GPU work."""
 
     def __post_init__(self) -> None:
         if self.points is not None:
@@ -243,6 +246,20 @@ class Suite:
             self.default_dtypes = list(self.dtypes[:1])
         if self.x_axis is None:
             self.x_axis = list(self.axes)[-1]
+        self._check_own_domains()
+
+    def _check_own_domains(self) -> None:
+        from .domains import DomainError, check_declared, check_domains
+
+        try:
+            check_declared(self.name, self.axes, self.domains)
+        except ValueError as err:
+            raise SuiteDefinitionError(str(err)) from None
+        try:
+            check_domains(self.name, self.domains, self.points or [{a: v} for a, vals in self.axes.items() for v in vals])
+            check_domains(self.name, self.domains, [{a: v} for a, vals in self.quick.items() for v in vals])
+        except (ValueError, DomainError) as err:
+            raise SuiteDefinitionError(f"suite {self.name!r}'s own axis values: {err}") from None
 
     # --- decorators a suite file uses -------------------------------------------------------
     def inputs(self, fn: Callable[[Case, Any], dict[str, Any]]):
@@ -356,7 +373,7 @@ class Suite:
         for text in texts:
             try:
                 values.append(parse_like(text, example))
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise SelectionError(f"--{axis}: cannot read {text!r} as a value like {format_value(example)!r}") from None
         if not values:
             raise SelectionError(f"--{axis} needs at least one value")
@@ -367,6 +384,12 @@ class Suite:
         """The sweep: the cartesian product of the axes (quick values and user values replacing them),
         or, for a suite of explicit points, the points matching the user's values."""
         chosen = self._sweep(dtypes, axis_values, quick)
+        from .domains import DomainError, check_domains
+
+        try:
+            check_domains(self.name, self.domains, (case.params for case in chosen))
+        except DomainError as err:
+            raise SelectionError(str(err)) from None
         if self.check_case:
             for case in chosen:
                 problem = self.check_case(case)

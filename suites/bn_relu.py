@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import torch
 
+from bwbench.domains import one_of, positive_int, shape_of
 from bwbench.suite import Skip, Suite, Tolerance, Traffic
 
 SHAPES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 2048, 7, 7)]
@@ -77,6 +78,8 @@ suite = Suite(
     dtypes=["float16", "float32"],
     quick={"shape": [ODD, (32, 256, 56, 56)]},
     x_axis="shape",
+    domains={"direction": one_of("forward", "backward"), "variant": one_of("bn_relu", "bn_add_relu"),
+             "shape": shape_of(positive_int, rank=4), "layout": one_of("NCHW", "NHWC")},
     tolerances={d: (Y_TOL[d], MEAN_TOL, INVSTD_TOL) for d in Y_TOL},
 )
 

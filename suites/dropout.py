@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from bwbench.domains import one_of, open_unit_interval, positive_int
 from bwbench.suite import Suite, Tolerance, Traffic
 
 SIZES = [1 << k for k in (20, 22, 24, 26, 28, 30)]  # elements (dropout is elementwise: 1-D)
@@ -32,6 +33,7 @@ suite = Suite(
     dtypes=["float16", "float32", "bfloat16"],
     quick={"n": [1 << 20], "p": [0.5]},
     x_axis="n",
+    domains={"direction": one_of("forward", "backward"), "p": open_unit_interval, "n": positive_int},
     # y = x * scale rounds once in the kernel (scale in float32; float16 subnormals round to 2^-25
     # absolute); the reference is float64.
     tolerances={"float16": Tolerance(rtol=1e-3, atol=1e-7), "bfloat16": Tolerance(rtol=8e-3, atol=1e-30),

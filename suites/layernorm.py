@@ -17,6 +17,7 @@ Tolerances, per output (y, mean, rstd):
 
 import torch
 
+from bwbench.domains import positive_float, positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 Y_MIN_ATOL = 1e-5
@@ -30,6 +31,7 @@ suite = Suite(
     dtypes=DTYPES,
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
+    domains={"rows": positive_int, "cols": positive_int, "eps": positive_float},
     tolerances={
         dtype: (Tolerance(DEFAULT_TOLERANCES[dtype].rtol, max(DEFAULT_TOLERANCES[dtype].atol, Y_MIN_ATOL)),
                 *STATS_TOLERANCES)

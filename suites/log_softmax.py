@@ -13,6 +13,7 @@ own rounding dominates.
 
 import torch
 
+from bwbench.domains import positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 suite = Suite(
@@ -22,6 +23,7 @@ suite = Suite(
     dtypes=["float16", "bfloat16", "float32"],
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
+    domains={"rows": positive_int, "cols": positive_int},
     tolerances={**DEFAULT_TOLERANCES, "float32": Tolerance(rtol=1e-5, atol=1e-6)},
 )
 

@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from bwbench.domains import non_negative_int, positive_int, shape_of
 from bwbench.suite import Suite, Tolerance, Traffic, compile_per_case
 
 DTYPES = ["float16", "float32", "bfloat16", "int8", "int64"]
@@ -49,6 +50,7 @@ suite = Suite(
     default_dtypes=["float16", "float32"],
     quick={"shape": [(64, 256, 256), (32, 512, 16, 64), (1000, 1001)]},
     x_axis="shape",
+    domains={"shape": shape_of(positive_int), "perm": shape_of(non_negative_int)},
     tolerances={dtype: Tolerance(rtol=0.0, atol=0.0) for dtype in DTYPES},
 )
 

@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from bwbench.domains import one_of, positive_int, shape_of
 from bwbench.suite import Suite, Tolerance, Traffic
 
 SIZES = [(1 << k,) for k in (20, 22, 24, 26, 28, 30)] + [(16, 32, 112, 112)]
@@ -34,6 +35,7 @@ suite = Suite(
     dtypes=["float16", "float32", "bfloat16"],
     quick={"size": [(1 << 20,), (16, 32, 112, 112)]},
     x_axis="size",
+    domains={"direction": one_of("forward", "backward"), "size": shape_of(positive_int)},
     tolerances={d: Tolerance(rtol=0.0, atol=0.0) for d in ("float16", "float32", "bfloat16")},
 )
 

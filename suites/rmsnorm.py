@@ -11,6 +11,7 @@ near 0).
 
 import torch
 
+from bwbench.domains import positive_float, positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 RSTD_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0)
@@ -23,6 +24,7 @@ suite = Suite(
     dtypes=DTYPES,
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
+    domains={"rows": positive_int, "cols": positive_int, "eps": positive_float},
     tolerances={dtype: (DEFAULT_TOLERANCES[dtype], RSTD_TOLERANCE) for dtype in DTYPES},
 )
 

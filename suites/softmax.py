@@ -7,6 +7,7 @@ five-kernel version moves at least four times those bytes and cannot get past a 
 
 import torch
 
+from bwbench.domains import positive_int
 from bwbench.suite import Suite, Traffic, compile_per_case, pow2
 
 suite = Suite(
@@ -16,6 +17,7 @@ suite = Suite(
     dtypes=["float16", "bfloat16", "float32"],
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
+    domains={"rows": positive_int, "cols": positive_int},
 )
 
 

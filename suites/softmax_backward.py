@@ -24,6 +24,7 @@ products and pass the default tolerances; tests/test_softmax_optimized_gpu.py ho
 
 import torch
 
+from bwbench.domains import positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
 suite = Suite(
@@ -33,6 +34,7 @@ suite = Suite(
     dtypes=["float16", "bfloat16", "float32"],
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
+    domains={"rows": positive_int, "cols": positive_int},
     tolerances={
         "float16": Tolerance(rtol=DEFAULT_TOLERANCES["float16"].rtol, atol=2e-4),
         "bfloat16": Tolerance(rtol=DEFAULT_TOLERANCES["bfloat16"].rtol, atol=1.5e-3),
