@@ -59,6 +59,10 @@ class Record:
     telemetry: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None
     """Implementation-specific details (the copy ceiling's method and each method's GB/s)."""
+    gpu_index: int | None = None
+    """Fleet runs (bwbench.fleet): the GPU that measured this record, by NVML index on its host..."""
+    gpu_uuid: str | None = None
+    """...and by UUID, unique across hosts (environment of that GPU: the document's `gpus`)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -84,8 +88,13 @@ class RunDocument:
     complete: bool = False
     interrupted: bool = False
     schema: str = SCHEMA
+    gpus: list[dict[str, Any]] | None = None
+    """Fleet runs only: one entry per GPU (its environment, NVML identity, how its part ended)."""
+    health: dict[str, Any] | None = None
+    """Fleet runs only: each GPU against the fleet median (bwbench.fleet.health)."""
 
     def to_dict(self) -> dict[str, Any]:
+        fleet = {key: value for key, value in (("gpus", self.gpus), ("health", self.health)) if value is not None}
         return {
             "schema": self.schema,
             "complete": self.complete,
@@ -93,6 +102,7 @@ class RunDocument:
             "environment": self.environment,
             "options": self.options,
             "suites": self.suites,
+            **fleet,
             "records": [r.to_dict() for r in self.records],
         }
 
@@ -109,6 +119,8 @@ class RunDocument:
             complete=bool(data.get("complete")),
             interrupted=bool(data.get("interrupted")),
             schema=schema,
+            gpus=data.get("gpus"),
+            health=data.get("health"),
         )
 
 
