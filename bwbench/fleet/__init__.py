@@ -26,8 +26,10 @@ class FleetUnavailable(RuntimeError):
 
 def require_dask() -> None:
     """Fail with the install command (and no GPU work done) when Dask distributed is missing."""
+    import importlib
+
     try:
-        import distributed  # noqa: F401
+        importlib.import_module("distributed")
     except ImportError as err:
         raise FleetUnavailable(
             f"--gpus and --scheduler run through Dask distributed, which is not importable here ({err}); "

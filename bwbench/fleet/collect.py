@@ -199,8 +199,9 @@ class FleetCollector:
         deadline = time.monotonic() + self.stop_wait_s
         running = [r for r in self.runs if r.status == RUNNING]
         while running and time.monotonic() < deadline:
-            if all(r.future.status != "pending" for r in running):
-                break
+            alive = set(gpu_workers(self.client))
+            if all(r.future.status != "pending" or r.worker not in alive for r in running):
+                break  # each task ended, or its worker is gone (a local worker takes Ctrl-C's SIGINT too)
             time.sleep(self.poll_s)
         self._deliver()
         for run in self.runs:

@@ -106,7 +106,7 @@ def _collect(request, chosen, scheduler, client, results, console, records_per_g
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .cluster import SchedulerUnreachable, fleet_client
-    from .collect import FleetCollector, NoGpuWorkers, RESTARTING
+    from .collect import FleetCollector, NoGpuWorkers
 
     where = scheduler or f"a local cluster of {len(chosen)} GPU worker(s)"
     try:
@@ -179,7 +179,8 @@ def _conclude(results, collector, interrupted, threshold, options, output, paths
             console.print(table)
         for line in problems(part.records):
             console.print(line, soft_wrap=True)
-    console.print(health_table(health))
+    if health.gpus:
+        console.print(health_table(health))
     lost = _print_losses(document, console)
     if output.report and document.records:
         from ..cli import ReportUnavailable, write_html_report
@@ -207,7 +208,7 @@ def health_table(health):
     from rich.table import Table
 
     title = (f"fleet health: a GPU more than {health.threshold:.0%} below the fleet median is an outlier"
-             if health.compared else "fleet health: one GPU measured, nothing to compare it with")
+             if health.compared else "fleet health: fewer than two GPUs measured, nothing to compare with")
     table = Table(title=title, title_justify="left")
     for col, justify in (("GPU", "left"), ("host", "left"), ("UUID", "left"), ("copy GB/s", "right"),
                          ("vs median", "right"), ("optimized % of copy (vs median)", "left"), ("verdict", "left")):
@@ -227,7 +228,8 @@ def _print_losses(document, console) -> bool:
     for gpu in document.gpus or []:
         if gpu["status"] in ("done", "stopped") and not gpu["lost_cases"]:
             continue
-        who = f"GPU {gpu['gpu_index']} ({gpu['gpu_uuid']}, {gpu['host']}, worker {gpu['worker']})"
+        who = (f"GPU {gpu['gpu_index']} ({gpu['gpu_uuid']}, {gpu['host']}, worker {gpu['worker']})"
+               if gpu["environment"] else f"worker {gpu['worker']} (its GPU never reported)")
         if gpu["status"] in ("lost", "failed") or gpu["status"] == "done":
             any_lost = True  # a case lost to a dying worker, even where the restarted worker finished the rest
         console.print(f"[bold red]{gpu['status']}[/] {escape(who)}: {escape(str(gpu['error'] or 'stopped'))}; "
