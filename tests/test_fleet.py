@@ -53,7 +53,7 @@ class FakeGpus:
                             "identity": {"serial": f"S{index}", "pcie_link": {"generation": 5, "width": 16}}})
         for number in range(self.cases):
             stream.check_stop()
-            case_id = f"cols={1024 << number}"
+            case_id = f"cols={1024 * (number + 1)}"
             if case_key("softmax", case_id, "float32") in request.skip_cases:
                 continue
             stream.case_started("softmax", case_id, "float32")
@@ -65,7 +65,7 @@ class FakeGpus:
                 time.sleep(3)
                 return
             pct = self.pct_copy.get(index, 90.0) + 0.1 * number
-            params = {"rows": 4096, "cols": 1024 << number}
+            params = {"rows": 4096, "cols": 1024 * (number + 1)}
             stream.records([
                 Record("softmax", case_id, params, "float32", "copy", "ceiling", "ok", gbps=copy, pct_copy=100.0),
                 Record("softmax", case_id, params, "float32", "optimized", "cuda", "ok", gbps=copy * pct / 100,
@@ -171,10 +171,10 @@ def test_a_worker_that_dies_loses_only_its_unfinished_case(tmp_path):
     gpu0, gpu1 = doc.gpus
     assert gpu0["status"] == "done" and gpu0["records"] == 12
     assert gpu1["restarts"] == 1 and gpu1["status"] == "done"
-    assert [c["case"] for c in gpu1["lost_cases"]] == ["cols=4096"]
-    assert sorted({r.case for r in doc.records if r.gpu_index == 1}) == ["cols=1024", "cols=2048", "cols=8192"]
+    assert [c["case"] for c in gpu1["lost_cases"]] == ["cols=3072"]
+    assert sorted({r.case for r in doc.records if r.gpu_index == 1}) == ["cols=1024", "cols=2048", "cols=4096"]
     assert not doc.complete
-    assert "lost case: softmax cols=4096 float32" in " ".join(text.split())
+    assert "lost case: softmax cols=3072 float32" in " ".join(text.split())
 
 
 def test_a_worker_that_never_comes_back_is_reported_lost(tmp_path):
@@ -204,6 +204,9 @@ class InterruptAfter:
 
     def changed(self, run):
         self.inner.changed(run)
+
+    def idle(self):
+        self.inner.idle()
 
     def records(self, run, rows):
         self.inner.records(run, rows)
@@ -235,7 +238,7 @@ def test_ctrl_c_on_the_command_exits_130_with_the_records_written(three_fake_gpu
     timer = threading.Timer(1.0, _thread.interrupt_main)
     timer.start()
     try:
-        code, doc, text = _run(three_fake_gpus, tmp_path, FakeGpus(cases=400, delay_s=0.02))
+        code, doc, text = _run(three_fake_gpus, tmp_path, FakeGpus(cases=400, delay_s=0.1))
     finally:
         timer.cancel()
     assert code == 130, text

@@ -20,13 +20,15 @@ def local_gpu_cluster(gpus: list[tuple[int, str]]):
     """One worker process per GPU, each seeing only its GPU (CUDA_VISIBLE_DEVICES set by its nanny
     before the process starts) and declaring one `GPU` resource. Workers are named gpu-N after the
     position N of their GPU, so a restarted worker is recognised. No memory limit: the nanny must not
-    kill a worker for the host memory PyTorch and CUDA take."""
+    kill a worker for the host memory PyTorch and CUDA take. The workers leave Ctrl-C to the command
+    (bwbench.fleet.local_worker), which stops them between steps and keeps what they measured."""
     from distributed import Nanny, Scheduler, SpecCluster
 
     workers = {
         f"gpu-{position}": {"cls": Nanny, "options": {
             "nthreads": 1, "resources": {"GPU": 1}, "memory_limit": 0,
-            "env": {"CUDA_VISIBLE_DEVICES": device}, "silence_logs": logging.ERROR}}
+            "env": {"CUDA_VISIBLE_DEVICES": device}, "silence_logs": logging.ERROR,
+            "preload": ["bwbench.fleet.local_worker"]}}
         for position, device in gpus
     }
     scheduler = {"cls": Scheduler, "options": {"dashboard": False, "dashboard_address": ":0", "host": "127.0.0.1"}}

@@ -10,8 +10,11 @@ asks every worker to stop, keeps what was streamed, and cancels what is left.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +58,39 @@ class Sink(Protocol):
 
     def changed(self, run: GpuRun) -> None: ...
 
+    def idle(self) -> None:
+        """Called after every poll: a moment to write what arrived."""
+
+
+class _CtrlC:
+    pressed = False
+
+
+@contextmanager
+def ctrl_c_between_polls():
+    """The first Ctrl-C only raises a flag that the loop reads between polls, so that a batch of
+    records taken off the queue is always written whole; a second Ctrl-C interrupts at once.
+    (Only the main thread can own SIGINT; elsewhere, and where SIGINT is ignored, nothing changes.)"""
+    state = _CtrlC()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield state
+        return
+
+    def on_sigint(_signum, _frame):
+        if state.pressed:
+            raise KeyboardInterrupt
+        state.pressed = True
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
 
 def gpu_workers(client) -> dict[str, dict[str, Any]]:
     """Address -> facts of every worker that declares a GPU resource."""
@@ -95,14 +131,20 @@ class FleetCollector:
             run = GpuRun(slot=str(facts.get("name", address)), worker=address)
             self.runs.append(run)
             self._submit(run, self.request)
-        try:
-            while self._active():
-                self._poll()
-                time.sleep(self.poll_s)
-            self._deliver()
-        except KeyboardInterrupt:
-            self.interrupted = True
-            self._stop_all()
+        with ctrl_c_between_polls() as ctrl_c:
+            try:
+                while self._active():
+                    self._poll()
+                    self.sink.idle()
+                    if ctrl_c.pressed:
+                        raise KeyboardInterrupt
+                    time.sleep(self.poll_s)
+                self._deliver()
+            except KeyboardInterrupt:
+                self.interrupted = True
+                self._stop_all()
+            finally:
+                self.sink.idle()
         return self.runs
 
     def _submit(self, run: GpuRun, request: RunRequest) -> None:

@@ -144,6 +144,9 @@ class _ShowingSink:
         self.results.records(run, rows)
         self.progress.advance(self._bar(run), len(rows))
 
+    def idle(self) -> None:
+        self.results.idle()
+
     def changed(self, run) -> None:
         from .collect import RESTARTING
 

@@ -34,12 +34,17 @@ def gpu_entry(run: GpuRun) -> dict[str, Any]:
 
 
 class FleetResults:
-    """The sink of a FleetCollector: keeps the merged document on disk up to date."""
+    """The sink of a FleetCollector: keeps the merged document on disk up to date.
+
+    What arrives is written once per poll of the collector (`idle`), not once per record: a fleet
+    sends records many times faster than one GPU, and the document is rewritten whole on each write.
+    """
 
     def __init__(self, path: Path, options: dict[str, Any], suites: dict[str, Any]):
         self.document = RunDocument(environment={}, options=options, suites=suites, gpus=[])
         self.writer = ResultsWriter(path, self.document)
         self._runs: list[GpuRun] = []
+        self._unwritten = False
 
     def _refresh(self, run: GpuRun) -> None:
         if run not in self._runs:
@@ -53,19 +58,26 @@ class FleetResults:
 
     def environment(self, run: GpuRun) -> None:
         self._refresh(run)
-        self.writer.flush()
+        self._unwritten = True
 
     def records(self, run: GpuRun, rows: list[dict[str, Any]]) -> None:
         env = run.environment or {}
         self._refresh(run)
+        known = set(Record.__dataclass_fields__)
         for row in rows:
-            record = Record(**row)
+            record = Record(**{k: v for k, v in row.items() if k in known})  # a newer worker's extra fields
             record.gpu_index, record.gpu_uuid = env.get("gpu_index"), env.get("gpu_uuid")
-            self.writer.add(record)
+            self.document.records.append(record)
+        self._unwritten = True
 
     def changed(self, run: GpuRun) -> None:
         self._refresh(run)
-        self.writer.flush()
+        self._unwritten = True
+
+    def idle(self) -> None:
+        if self._unwritten:
+            self.writer.flush()
+            self._unwritten = False
 
     def finish(self, interrupted: bool, health: dict[str, Any] | None) -> None:
         self.document.health = health
