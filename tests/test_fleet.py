@@ -95,14 +95,14 @@ def three_fake_gpus():
         yield client
 
 
-def _run(client, tmp_path, fake, **options):
+def _run(client, tmp_path, fake, report=False, **options):
     from rich.console import Console
 
     from bwbench.fleet.command import FleetOptions, FleetOutput, run_fleet
 
     console = Console(record=True, width=200)
     request = RunRequest(suites=("softmax",), measure=fake)
-    code = run_fleet(request, FleetOptions(gpus=None, scheduler="given", **options), FleetOutput(tmp_path, "fleet", False),
+    code = run_fleet(request, FleetOptions(gpus=None, scheduler="given", **options), FleetOutput(tmp_path, "fleet", report),
                      {"suite": "softmax"}, {"softmax": {}}, console, records_per_gpu=12, client=client)
     return code, read_document(tmp_path / "fleet.json"), console.export_text()
 
@@ -125,8 +125,10 @@ def test_records_of_every_gpu_merge_into_one_document_keyed_by_gpu(three_fake_gp
 
 def test_a_slow_gpu_is_flagged_and_fails_the_run_on_request(three_fake_gpus, tmp_path):
     fake = FakeGpus(copy_gbps={2: 2700.0}, pct_copy={1: 80.0})
-    code, doc, text = _run(three_fake_gpus, tmp_path, fake)
+    code, doc, text = _run(three_fake_gpus, tmp_path, fake, report=True)
     assert code == 0
+    page = (tmp_path / "fleet.html").read_text()  # the report compares the GPUs as runs, outliers named
+    assert "GPU 0 Fake GPU" in page and "GPU 2 Fake GPU (outlier)" in page
     assert sorted(doc.health["outliers"]) == ["GPU-fake-1", "GPU-fake-2"]
     by_uuid = {g["gpu_uuid"]: g for g in doc.health["gpus"]}
     assert "copy" in by_uuid["GPU-fake-2"]["reasons"][0]

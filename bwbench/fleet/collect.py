@@ -10,6 +10,7 @@ asks every worker to stop, keeps what was streamed, and cancels what is left.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -94,7 +95,11 @@ def ctrl_c_between_polls():
 
 def gpu_workers(client) -> dict[str, dict[str, Any]]:
     """Address -> facts of every worker that declares a GPU resource."""
-    workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    try:
+        info = client.scheduler_info(n_workers=-1)  # newer Dask lists only a few workers by default
+    except TypeError:
+        info = client.scheduler_info()
+    workers = info.get("workers", {})
     return {addr: w for addr, w in workers.items() if (w.get("resources") or {}).get("GPU", 0) >= 1}
 
 
@@ -223,16 +228,17 @@ class FleetCollector:
             kind = event.get("event")
             if kind == "environment":
                 if run.environment is None:
-                    run.environment = event["environment"]
+                    run.environment = json.loads(event["json"])
                     self.sink.environment(run)
             elif kind == "case":
                 run.current = {k: event[k] for k in ("key", "suite", "case", "dtype")}
             elif kind == "records":
+                rows = json.loads(event["json"])
                 if run.current is not None:
                     run.finished.add(run.current["key"])
                 run.current = None
-                run.records += len(event["records"])
-                self.sink.records(run, event["records"])
+                run.records += len(rows)
+                self.sink.records(run, rows)
 
     # --- Ctrl-C ----------------------------------------------------------------------------
     def _stop_all(self) -> None:

@@ -18,6 +18,7 @@ worker reads between steps of a case, so a worker on another host stops within o
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ class StopRequested(BaseException):
 class RecordStream:
     """How measurements leave a GPU worker: its environment once, each case as it starts, the
     case's records once they are final (the run loop completes a record's telemetry and own-copy
-    figures at the end of the case)."""
+    figures at the end of the case). Environment and records travel as JSON text, exactly what the
+    results file will hold, so the queue's msgpack never meets a value it cannot carry."""
 
     def __init__(self, slot: str, send: Callable[[dict], Any], stop_requested: Callable[[], bool] = lambda: False):
         self.slot = slot
@@ -40,7 +42,7 @@ class RecordStream:
         self._stop_requested = stop_requested
 
     def environment(self, environment: dict[str, Any]) -> None:
-        self._send({"slot": self.slot, "event": "environment", "environment": environment})
+        self._send({"slot": self.slot, "event": "environment", "json": json.dumps(environment)})
 
     def case_started(self, suite: str, case_id: str, dtype: str) -> None:
         self._send({"slot": self.slot, "event": "case", "key": case_key(suite, case_id, dtype),
@@ -48,7 +50,7 @@ class RecordStream:
 
     def records(self, records: list) -> None:
         rows = [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in records]
-        self._send({"slot": self.slot, "event": "records", "records": rows})
+        self._send({"slot": self.slot, "event": "records", "json": json.dumps(rows)})
 
     def check_stop(self) -> None:
         if self._stop_requested():
