@@ -154,7 +154,7 @@ class FleetCollector:
 
     def _submit(self, run: GpuRun, request: RunRequest) -> None:
         run.future = self.client.submit(
-            run_on_gpu_worker, request, run.slot, self._queue.name, self._stop.name,
+            run_on_gpu_worker, request, run.slot, self._queue.name, self._stop.name, run.restarts,
             key=f"bwbench-{self._run_id}-{run.slot}-{run.restarts}", workers=[run.worker],
             allow_other_workers=False, resources={"GPU": 1}, pure=False, retries=0)
         run.status = RUNNING
@@ -172,13 +172,13 @@ class FleetCollector:
     def _poll(self) -> None:
         # Statuses first, then the queue: whatever a task put before it ended is in the queue by then.
         states = {id(r): r.future.status for r in self.runs if r.status == RUNNING}
-        alive = set(gpu_workers(self.client)) if self.runs else set()
+        workers = gpu_workers(self.client)
         self._deliver()
         for run in self.runs:
             if run.status == RUNNING:
-                self._settle(run, states[id(run)], run.worker in alive)
+                self._settle(run, states[id(run)], run.worker in workers)
             elif run.status == RESTARTING:
-                self._resume_if_back(run, alive)
+                self._resume_if_back(run, workers)
 
     def _settle(self, run: GpuRun, state: str, worker_alive: bool) -> None:
         if state == "finished":
@@ -208,10 +208,9 @@ class FleetCollector:
             run.lost_cases.append({**run.current, "reason": reason})
             run.current = None
 
-    def _resume_if_back(self, run: GpuRun, alive: set[str]) -> None:
+    def _resume_if_back(self, run: GpuRun, workers: dict[str, dict[str, Any]]) -> None:
         """A worker of the same name is back (its nanny restarted it): run the rest of the sweep there."""
-        names = {str(w.get("name", a)): a for a, w in gpu_workers(self.client).items() if a in alive}
-        address = names.get(run.slot)
+        address = next((a for a, w in workers.items() if str(w.get("name", a)) == run.slot), None)
         if address is None or address == run.worker:
             return
         run.worker, run.restarts = address, run.restarts + 1
@@ -223,8 +222,8 @@ class FleetCollector:
     def _deliver(self) -> None:
         for event in self._queue.get(batch=True):
             run = next((r for r in self.runs if r.slot == event.get("slot")), None)
-            if run is None:
-                continue
+            if run is None or event.get("attempt", 0) != run.restarts or run.status != RUNNING:
+                continue  # a task this run abandoned (its worker was given up for lost) still talking
             kind = event.get("event")
             if kind == "environment":
                 if run.environment is None:

@@ -36,9 +36,13 @@ class RecordStream:
     figures at the end of the case). Environment and records travel as JSON text, exactly what the
     results file will hold, so the queue's msgpack never meets a value it cannot carry."""
 
-    def __init__(self, slot: str, send: Callable[[dict], Any], stop_requested: Callable[[], bool] = lambda: False):
+    def __init__(self, slot: str, send: Callable[[dict], Any], stop_requested: Callable[[], bool] = lambda: False,
+                 attempt: int = 0):
         self.slot = slot
-        self._send = send
+        self.attempt = attempt
+        """Which task of this worker slot sends (a restarted worker runs a new one): late messages of an
+        abandoned task are told apart and dropped."""
+        self._send = lambda event: send({**event, "attempt": attempt})
         self._stop_requested = stop_requested
 
     def environment(self, environment: dict[str, Any]) -> None:
@@ -57,12 +61,13 @@ class RecordStream:
             raise StopRequested()
 
 
-def run_on_gpu_worker(request: RunRequest, slot: str, queue_name: str, stop_name: str) -> dict[str, Any]:
+def run_on_gpu_worker(request: RunRequest, slot: str, queue_name: str, stop_name: str,
+                      attempt: int = 0) -> dict[str, Any]:
     """The Dask task: run the request on this worker's GPU, streaming into the run's queue."""
     from distributed import Event, Queue
 
     queue, stop = Queue(queue_name), Event(stop_name)
-    stream = RecordStream(slot, queue.put, stop.is_set)
+    stream = RecordStream(slot, queue.put, stop.is_set, attempt)
     measure = request.measure or measure_on_this_gpu
     try:
         measure(request, stream)
