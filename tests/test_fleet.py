@@ -290,3 +290,4 @@ def test_a_scheduler_nobody_runs_is_exit_2(monkeypatch, tmp_path):
     monkeypatch.setattr("bwbench.fleet.cluster.CONNECT_TIMEOUT", "1s")
     code, output = invoke("run", "softmax", "--quick", "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path))
     assert code == 2 and "no Dask scheduler answers" in output
+    assert not list(tmp_path.iterdir())

@@ -89,7 +89,7 @@ def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, r
         collector = _collect(request, chosen, options.scheduler, client, results, console, records_per_gpu)
     except _StartFailed as err:
         console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
-        results.finish(interrupted=False, health=None)
+        paths["json"].unlink(missing_ok=True)  # nothing ran: leave no empty results behind
         return EXIT_USAGE
     interrupted = collector is None or collector.interrupted
     return _conclude(results, collector, interrupted, threshold, options, output, paths, console, apply_gates)
