@@ -184,6 +184,10 @@ def run(
     no_store: bool = typer.Option(False, "--no-store", help="Do not add the run to the results store."),
     force: bool = typer.Option(False, "--force", help="Replace the files of an existing --name (never the --baseline file)."),
     allow_partial: bool = typer.Option(False, "--allow-partial", help="Gate: let invalid numbers and an interrupted baseline pass (reported, exit 0)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Fleet run: `all` or 0,1,... GPUs of this host, one Dask worker each, merged into one results file with a health check (needs bwbench[fleet])."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Fleet run on every GPU worker (--resources GPU=1) of the Dask scheduler at this address, e.g. tcp://HOST:8786."),
+    fail_on_outlier: bool = typer.Option(False, "--fail-on-outlier", help="Fleet run: exit 1 when a GPU is more than --outlier-threshold below the fleet median."),
+    outlier_threshold: str = typer.Option("5%", "--outlier-threshold", help="Fleet run: how far below the fleet median (copy bandwidth, optimized % of copy) flags a GPU."),
 ):
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
@@ -216,6 +220,19 @@ def run(
         return plans, parse_size(copy_size), gates
 
     plans, copy_bytes, gates = _guard(prepare)
+    if gpus is not None or scheduler is not None:  # many GPUs through Dask (bwbench/fleet)
+        from .fleet.command import FleetOptions, FleetOutput, request_from_plans, run_fleet
+
+        request = request_from_plans(plans, split_list(impl), split_list(dtype), parse_axis_args(list(ctx.args), axis),
+                                     quick=quick, timing=timing, max_time=max_time, noise=noise,
+                                     min_samples=min_samples, seed=seed, copy_bytes=copy_bytes, timer=timer)
+        raise typer.Exit(_guard(lambda: run_fleet(
+            request, FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold), FleetOutput(out, name, report),
+            {"suite": suite, "dtype": dtype, "impl": impl, "axes": request.axes, "quick": quick, "timing": timing, "timer": timer,
+             "max_time": max_time, "noise": noise, "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
+            {p.suite.name: p.suite.describe() for p in plans}, console,
+            records_per_gpu=sum(len(p.cases) * (len(p.impls) + 1) for p in plans),
+            apply_gates=lambda part: _apply_gates(gates, part))))
     settings = SessionSettings(timing=timing, seed=seed, copy_bytes=copy_bytes, timer=timer,
                                policy=SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time))
     code = _guard(lambda: _run_measured(

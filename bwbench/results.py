@@ -27,7 +27,7 @@ FIELDS_DIGEST with the dataclasses and fails until both are updated, with docs/r
 SCHEMA = f"bwbench.results/{SCHEMA_VERSION}"
 READABLE_SCHEMAS = ("bwbench.results/1", SCHEMA)
 """Versions this reader accepts: fields added since an older version take their defaults."""
-FIELDS_DIGEST = "7e71a0fdaf1fc235"
+FIELDS_DIGEST = "ac3bad2593ebded5"
 
 STATUSES = ("ok", "failed", "skipped")
 
@@ -95,6 +95,10 @@ class Record:
     timer_detail: dict[str, Any] | None = None
     """The clock's details: for CUPTI the sum of kernel times beside the span, kernels per call and
     their names; why `auto` fell back to events, where it did."""
+    gpu_index: int | None = None
+    """Fleet runs (bwbench.fleet): the GPU that measured this record, by NVML index on its host..."""
+    gpu_uuid: str | None = None
+    """...and by UUID, unique across hosts (environment of that GPU: the document's `gpus`)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -120,8 +124,13 @@ class RunDocument:
     complete: bool = False
     interrupted: bool = False
     schema: str = SCHEMA
+    gpus: list[dict[str, Any]] | None = None
+    """Fleet runs only: one entry per GPU (its environment, NVML identity, how its part ended)."""
+    health: dict[str, Any] | None = None
+    """Fleet runs only: each GPU against the fleet median (bwbench.fleet.health)."""
 
     def to_dict(self) -> dict[str, Any]:
+        fleet = {key: value for key, value in (("gpus", self.gpus), ("health", self.health)) if value is not None}
         return {
             "schema": self.schema,
             "complete": self.complete,
@@ -129,6 +138,7 @@ class RunDocument:
             "environment": self.environment,
             "options": self.options,
             "suites": self.suites,
+            **fleet,
             "records": [r.to_dict() for r in self.records],
         }
 
@@ -145,6 +155,8 @@ class RunDocument:
             complete=bool(data.get("complete")),
             interrupted=bool(data.get("interrupted")),
             schema=schema,
+            gpus=data.get("gpus"),
+            health=data.get("health"),
         )
 
 

@@ -1,0 +1,60 @@
+"""Where a fleet run's workers come from: a local cluster with one worker per GPU of this host, or
+an existing scheduler. Either way the run gets a Dask client, and from there one code path.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
+
+CONNECT_TIMEOUT = "10s"
+
+
+class SchedulerUnreachable(RuntimeError):
+    """--scheduler names an address no Dask scheduler answers at."""
+
+
+def local_gpu_cluster(gpus: list[tuple[int, str]]):
+    """One worker process per GPU, each seeing only its GPU (CUDA_VISIBLE_DEVICES set by its nanny
+    before the process starts) and declaring one `GPU` resource. Workers are named gpu-N after the
+    position N of their GPU, so a restarted worker is recognised. No memory limit: the nanny must not
+    kill a worker for the host memory PyTorch and CUDA take. The workers leave Ctrl-C to the command
+    (bwbench.fleet.local_worker), which stops them between steps and keeps what they measured."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    workers = {
+        f"gpu-{position}": {"cls": Nanny, "options": {
+            "nthreads": 1, "resources": {"GPU": 1}, "memory_limit": 0,
+            "env": {"CUDA_VISIBLE_DEVICES": device}, "silence_logs": logging.ERROR,
+            "preload": ["bwbench.fleet.local_worker"]}}
+        for position, device in gpus
+    }
+    scheduler = {"cls": Scheduler, "options": {"dashboard": False, "dashboard_address": ":0", "host": "127.0.0.1"}}
+    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR, name="bwbench-fleet")
+
+
+@contextmanager
+def fleet_client(gpus: list[tuple[int, str]] | None = None, scheduler: str | None = None) -> Iterator:
+    """A client of the scheduler at `scheduler`, or of a fresh local cluster over `gpus` (closed on exit)."""
+    from distributed import Client
+
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT)
+        except (OSError, TimeoutError, ValueError) as err:
+            raise SchedulerUnreachable(f"--scheduler {scheduler}: no Dask scheduler answers there ({err})") from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    cluster = local_gpu_cluster(gpus or [])
+    client = Client(cluster)
+    try:
+        client.wait_for_workers(len(gpus or []), timeout=120)
+        yield client
+    finally:
+        client.close()
+        cluster.close()
