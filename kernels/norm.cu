@@ -48,9 +48,10 @@ constexpr int kWarpBlock = 128;
 // is in flight at once without holding a register.)
 constexpr int kBlockLoadBatch = 4;
 
-// Packs per step of the cached block kernel's second pass: their gamma and beta loads are all
-// issued before the first is used (the uncached kernel, which also reloads x, takes 2).
+// Packs per step of the block kernels' second pass: their gamma and beta loads are all issued
+// before the first is used (the uncached kernel, which also reloads x, takes fewer).
 constexpr int kBlockStoreBatch = 4;
+constexpr int kUncachedStoreBatch = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Welford / Chan
@@ -613,7 +614,7 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
     using PackT = bw::Pack<T, N>;
     constexpr bool kAsync = kCached && sizeof(PackT) == 16;
     constexpr int U = normk::kBlockLoadBatch;
-    constexpr int V = kCached ? normk::kBlockStoreBatch : 2;
+    constexpr int V = kCached ? normk::kBlockStoreBatch : normk::kUncachedStoreBatch;
     PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
     const int packs = cols / N;
     const int threads = blockDim.x;
