@@ -184,9 +184,9 @@ def test_barrier_buffer_layout_matches_the_kernels():
     flags) from constants that bn_relu.cu defines on its side."""
     import re
 
-    from bwbench.paths import kernels_dir
+    from bwbench.cuda.loader import source_files
 
-    source = (kernels_dir() / "bn_relu.cu").read_text()
+    source = "\n".join(path.read_text() for path in source_files("bn_relu.cu"))  # the .cu and its headers
 
     def constant(name: str) -> str:
         return re.search(rf"constexpr int {name} = ([^;]+);", source).group(1)
