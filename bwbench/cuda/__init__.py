@@ -18,16 +18,18 @@ __all__ = ["FAMILIES", "build_options", "lazy_exports"]
 FAMILIES = ("softmax", "norm", "permute", "bitmask", "bn_relu")
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
-    """A module `__getattr__` for `package` that imports `exports[name]` (a submodule) on first use."""
+def lazy_exports(package: str, **modules: str) -> tuple[Callable[[str], Any], list[str]]:
+    """A module `__getattr__` and `__all__` for a family package: `modules` maps a submodule to the
+    space-separated names it exports; a name's submodule is imported on first use."""
+    where = {name: module for module, names in modules.items() for name in names.split()}
 
     def __getattr__(name: str) -> Any:
-        module = exports.get(name)
+        module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(f"{package}.{module}"), name)
 
-    return __getattr__
+    return __getattr__, sorted(where)
 
 
 def build_options() -> dict[str, str]:

@@ -22,7 +22,9 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shlex
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -70,9 +72,9 @@ BASE_OPTIONS = ("-std=c++17",)
 
 EXTRA_OPTIONS_ENV = "BWBENCH_NVRTC_OPTIONS"
 """Extra NVRTC options for every kernel, after the source's own: e.g. `-lineinfo` for Nsight
-Compute's source view, or `-DNAME=VALUE` to build a variant a kernel guards with `#if NAME` for an
-experiment. A run records them in its environment (`kernel_options`), since they change what was
-measured."""
+Compute's source view. The kernels have no build switches of their own; these options are the one
+build input besides the sources, so a run records them (`bwbench.cuda.build_options()`, the
+environment's `kernel_options`), since they can change what was measured."""
 
 # torch dtype -> the C++ storage type the kernels are instantiated for (kernels/common.cuh).
 _CPP_TYPES: dict[torch.dtype, str] = {
@@ -285,12 +287,16 @@ _FAST: dict[tuple[KernelSource, str, tuple[str, ...]], CompiledModule] = {}  # b
 _COMPILE_LOCK = threading.Lock()
 
 
+_PARSED_OPTIONS: dict[str, tuple[str, ...]] = {}
+
+
 def extra_options() -> tuple[str, ...]:
     """The options of $BWBENCH_NVRTC_OPTIONS (shell-style words), or () when unset."""
-    import os
-    import shlex
-
-    return tuple(shlex.split(os.environ.get(EXTRA_OPTIONS_ENV, "")))
+    raw = os.environ.get(EXTRA_OPTIONS_ENV, "")
+    parsed = _PARSED_OPTIONS.get(raw)
+    if parsed is None:
+        parsed = _PARSED_OPTIONS[raw] = tuple(shlex.split(raw))
+    return parsed
 
 
 def code_for(source: KernelSource, folder: Path | str | None = None) -> tuple[str, str]:

@@ -3,27 +3,10 @@
 
 from bwbench.cuda import lazy_exports
 
-_EXPORTS = {
-    "SOURCE": "launch",
-    "pack_bits": "launch",
-    "unpack_bits": "launch",
-    "relu_forward": "launch",
-    "relu_backward": "launch",
-    "masked_backward": "launch",
-    "relu_forward_bytemask": "launch",
-    "relu_backward_bytemask": "launch",
-    "dropout_forward": "launch",
-    "dropout_forward_bytes": "launch",
-    "dropout_backward": "launch",
-    "dropout_backward_bytes": "launch",
-    "BLOCK": "plan",
-    "KERNELS": "plan",
-    "MASK_LINE": "plan",
-    "dropout_scale": "plan",
-    "dropout_threshold": "plan",
-    "packed_bytes": "plan",
-    "word_bytes": "plan",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    launch=("SOURCE pack_bits unpack_bits relu_forward relu_backward masked_backward relu_forward_bytemask"
+        " relu_backward_bytemask dropout_forward dropout_forward_bytes dropout_backward"
+        " dropout_backward_bytes"),
+    plan="BLOCK KERNELS MASK_LINE dropout_scale dropout_threshold packed_bytes word_bytes",
+)

@@ -4,20 +4,9 @@ references are the suite's (suites/_bn_relu_reference.py)."""
 
 from bwbench.cuda import lazy_exports
 
-_EXPORTS = {
-    "SOURCE": "launch",
-    "bn_relu_backward": "launch",
-    "bn_relu_forward": "launch",
-    "forward_x_read_bytes": "launch",
-    "keep_mask": "launch",
-    "layout_of": "launch",
-    "memory_order": "launch",
-    "one_launch_plan": "launch",
-    "BLOCK": "plan",
-    "FEW_PARTIALS": "plan",
-    "LAYOUTS": "plan",
-    "finalize_grid": "plan",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    launch=("SOURCE bn_relu_backward bn_relu_forward forward_x_read_bytes keep_mask layout_of memory_order"
+        " one_launch_plan"),
+    plan="BLOCK FEW_PARTIALS LAYOUTS finalize_grid",
+)

@@ -51,13 +51,17 @@ from bwbench.cuda.bn_relu.plan import (
     walk_from_end,
     walk_step,
 )
+from bwbench.cuda.launch_spec import Launch
 from bwbench.cuda.loader import (
     KernelSource,
     allow_all_dynamic_shared_memory,
     cpp_type,
     device_index,
+    check_cooperative,
+    current_stream_ptr,
     load,
     max_active_blocks_per_sm,
+    run,
 )
 
 __all__ = ["SOURCE", "bn_relu_backward", "bn_relu_forward", "forward_x_read_bytes", "keep_mask", "layout_of",
@@ -126,10 +130,17 @@ def _aligned(*tensors) -> bool:
     return all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
 
 
+_WAVES: dict[tuple[str, int], int] = {}
+
+
 def _wave(kernel, device: int) -> int:
-    """Blocks of BLOCK threads resident on the whole GPU at once."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, 0, device))
+    """Blocks of BLOCK threads of `kernel` resident on the whole GPU at once (asked once)."""
+    key = (kernel.name, device)
+    wave = _WAVES.get(key)
+    if wave is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        wave = _WAVES[key] = sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, 0, device))
+    return wave
 
 
 _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
@@ -142,7 +153,7 @@ def _barrier(device: torch.device, channels: int = 0) -> torch.Tensor:
     the barrier token of the launch that set it, which no other recent launch's token equals), one
     buffer per stream so that launches on different streams never share one."""
     index = device_index(device)
-    key = (index, torch.cuda.current_stream(index).cuda_stream)
+    key = (index, current_stream_ptr(index))
     words = READY_FLAGS_AT + max(READY_FLAGS, -(-int(channels) // MERGE_GROUP))
     bar = _BARRIERS.get(key)
     if bar is None or bar.numel() < words:
@@ -181,6 +192,7 @@ class OneLaunchPlan:
     step: int  # walk_step
     scratch: int = 0  # dynamic shared memory after the cache (fused_nhwc_scratch_bytes)
     merge_rounds: bool = False  # the NHWC forward's block merge in rounds (MERGE_ROUNDS_MIN_SLOTS)
+    launch: Launch | None = None  # the cooperative launch that runs it (kernel, grid, shared memory)
 
     @property
     def shared_mem(self) -> int:
@@ -223,7 +235,10 @@ def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: boo
                     scratch, slots, rounds = fewer, more, True
             elif cache_x:
                 slots = cache_slots(kernel, device, wanted)
-            plan = OneLaunchPlan((gx, gy), tx, slots, step, scratch, rounds)
+            runs = merge_rounds_kernel(kernel).name if rounds else kernel.name
+            spec = Launch(runs, (gx, gy), (BLOCK,), slots * CACHE_SLOT_BYTES + scratch, cooperative=True,
+                          tier="one-launch")
+            plan = OneLaunchPlan((gx, gy), tx, slots, step, scratch, rounds, spec)
         PLANS[key] = plan
     plan = PLANS[key]
     if plan is None and fused:
@@ -252,9 +267,16 @@ def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec:
         trailing = (*trailing, np.int32(plan.slots))
     if plan.merge_rounds:
         kernel = merge_rounds_kernel(kernel)
-    kernel(plan.grid, BLOCK, (*leading, ws, _barrier(x.device, c), *sizes, *trailing),
-           shared_mem=plan.shared_mem, cooperative=True)
+    device = x.device.index
+    if (plan.launch, device) not in _CHECKED:
+        check_cooperative(kernel, plan.launch, device)
+        _CHECKED.add((plan.launch, device))
+    run(kernel, plan.launch, (*leading, ws, _barrier(x.device, c), *sizes, *trailing), device)
     return True
+
+
+_CHECKED: set[tuple[Launch, int]] = set()
+"""Cooperative launches found to fit the GPU (checked once per device)."""
 
 
 def forward_x_read_bytes(shape, dtype: torch.dtype, layout: str, residual: bool = False,
@@ -298,8 +320,13 @@ def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x:
         tail = (np.int32(c), np.int32(hw), np.int32(n * hw))
     else:
         tail = (np.int32(n * hw), np.int32(c), np.int32(tx))
-    kernel((gx, gy), BLOCK, (*leading, ws, *tail))
+    _enqueue(module, name, (gx, gy), (*leading, ws, *tail), x.device.index)
     return ws, gy
+
+
+def _enqueue(module, name: str, grid, args: tuple, device: int) -> None:
+    """One launch of BLOCK threads of kernel `name` (no dynamic shared memory)."""
+    run(module.kernel(name), Launch(name, grid, (BLOCK,)), args, device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -331,6 +358,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     invstd = torch.empty(c, dtype=torch.float32, device=x.device)
     mask = words.view(torch.uint8)[:packed_bytes(numel)]
     module = load(SOURCE)
+    device = x.device.index
     ctype, pack, vec = _plan(x, layout, z, y)
     b = lambda v: "true" if v else "false"  # noqa: E731
     if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
@@ -338,13 +366,14 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
         return y, mask, mean, invstd
     ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
     warps, grid = finalize_grid(c, splits)
-    module.kernel(f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>")(
-        grid, BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean,
-                      invstd, np.int32(c)))
+    _enqueue(module, f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>", grid,
+             (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean, invstd,
+              np.int32(c)), device)
     apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
-    apply(blocks, BLOCK, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c), np.int32(h * w),
-                          np.int32(walk_from_end(x.numel() * x.element_size()))))
+    _enqueue(module, apply.name, blocks, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c),
+                                         np.int32(h * w), np.int32(walk_from_end(x.numel() * x.element_size()))),
+             device)
     return y, mask, mean, invstd
 
 
@@ -371,6 +400,7 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     dgamma = torch.empty(c, dtype=torch.float32, device=x.device)
     dbeta = torch.empty(c, dtype=torch.float32, device=x.device)
     module = load(SOURCE)
+    device = x.device.index
     ctype, pack, vec = _plan(x, layout, dy, dx, dz)
     mask_bytes = np.int32(mask.numel())
     b = lambda v: "true" if v else "false"  # noqa: E731
@@ -380,12 +410,13 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
         return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
     ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
     warps, grid = finalize_grid(c, splits)
-    module.kernel(f"bnr::bn_grad_finalize<{b(warps)}>")(grid, BLOCK,
-                                                        (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
+    _enqueue(module, f"bnr::bn_grad_finalize<{b(warps)}>", grid,
+             (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)), device)
     apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
-    apply(blocks, BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, np.int32(numel),
-                          np.int32(c), np.int32(h * w), inv_m, np.int32(walk_from_end(x.numel() * x.element_size()))))
+    _enqueue(module, apply.name, blocks, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz,
+                                         np.int32(numel), np.int32(c), np.int32(h * w), inv_m,
+                                         np.int32(walk_from_end(x.numel() * x.element_size()))), device)
     return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
 
 

@@ -9,17 +9,8 @@ are bwbench.cuda.cudnn.CudnnNorm.
 
 from bwbench.cuda import lazy_exports
 
-_EXPORTS = {
-    "OPTIMIZED": "launch",
-    "Chosen": "launch",
-    "chosen_launch": "launch",
-    "launch_plan": "launch",
-    "layer_norm": "launch",
-    "rms_norm": "launch",
-    "NAIVE": "naive",
-    "naive_layer_norm": "naive",
-    "naive_rms_norm": "naive",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    launch="OPTIMIZED Chosen chosen_launch launch_plan layer_norm rms_norm",
+    naive="NAIVE naive_layer_norm naive_rms_norm",
+)

@@ -6,13 +6,7 @@
 
 from bwbench.cuda import lazy_exports
 
-_EXPORTS = {
-    "NAIVE": "launch",
-    "OPTIMIZED": "launch",
-    "naive_permute": "launch",
-    "permute": "launch",
-    "plan_for": "launch",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    launch="NAIVE OPTIMIZED naive_permute permute plan_for",
+)

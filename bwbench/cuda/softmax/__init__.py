@@ -7,26 +7,10 @@
 
 from bwbench.cuda import lazy_exports
 
-_EXPORTS = {
-    "BACKWARD_SOURCES": "launch",
-    "FORWARD_SOURCES": "launch",
-    "log_softmax": "launch",
-    "log_softmax_backward": "launch",
-    "online_softmax": "launch",
-    "plan_launch": "launch",
-    "softmax": "launch",
-    "softmax_backward": "launch",
-    "which_tier": "launch",
-    "FAMILY_NAIVE": "naive",
-    "NAIVE": "naive",
-    "naive_log_softmax": "naive",
-    "naive_softmax": "naive",
-    "naive_softmax_backward": "naive",
-    "DEFAULT_THRESHOLDS": "plan",
-    "OPERATIONS": "plan",
-    "SoftmaxPlan": "plan",
-    "load_thresholds": "plan",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    launch=("BACKWARD_SOURCES FORWARD_SOURCES log_softmax log_softmax_backward online_softmax plan_launch"
+        " softmax softmax_backward which_tier"),
+    naive="FAMILY_NAIVE NAIVE naive_log_softmax naive_softmax naive_softmax_backward",
+    plan="DEFAULT_THRESHOLDS OPERATIONS SoftmaxPlan load_thresholds",
+)

@@ -27,6 +27,24 @@ def _naive_out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+def _float32(n: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty(n, dtype=torch.float32, device=like.device)
+
+
+def _pipeline(steps, device: int) -> None:
+    """Launch each (kernel, blocks' worth of work, arguments) of a naive pipeline in order, every
+    kernel a grid-stride one of NAIVE_BLOCK threads."""
+    for name, work, args in steps:
+        source = NAIVE if name in NAIVE.name_expressions else FAMILY_NAIVE
+        launch_grid_stride(load(source).kernel(name), NAIVE_BLOCK, work, args, device)
+
+
+def _sizes(rows: int, cols: int) -> tuple:
+    """(rows, cols, n) as the kernels' int64 arguments, and the elementwise kernels' blocks of work."""
+    n = rows * cols
+    return np.int64(rows), np.int64(cols), np.int64(n), -(-n // NAIVE_BLOCK)
+
+
 def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(x, dim=-1) in five kernels: row max, subtract, exp, row sum, divide.
 
@@ -35,32 +53,18 @@ def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.
     current stream; capturable in a CUDA graph once it has run outside capture.
     """
     check_matrix(x, "naive_softmax")
-    ctype = cpp_type(x.dtype)
+    t = cpp_type(x.dtype)
     y = _naive_out(x, out)
     rows, cols = x.shape
-    n = rows * cols
-    if n == 0:
+    if rows * cols == 0:
         return y
-
-    device = device_index(x)
-    module = load(NAIVE)
-    reduce_max = module.kernel(f"naive_reduce_max<{ctype}>")
-    broadcast_sub = module.kernel(f"naive_broadcast_sub<{ctype}>")
-    exp = module.kernel("naive_exp")
-    reduce_sum = module.kernel("naive_reduce_sum")
-    broadcast_div = module.kernel(f"naive_broadcast_div<{ctype}>")
-
-    tmp = torch.empty(n, dtype=torch.float32, device=x.device)
-    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
-    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-
-    rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
-    elementwise = -(-n // NAIVE_BLOCK)
-    launch_grid_stride(reduce_max, NAIVE_BLOCK, rows, (x, row_max, rows_, cols_), device)
-    launch_grid_stride(broadcast_sub, NAIVE_BLOCK, elementwise, (x, row_max, tmp, rows_, cols_), device)
-    launch_grid_stride(exp, NAIVE_BLOCK, elementwise, (tmp, n_), device)
-    launch_grid_stride(reduce_sum, NAIVE_BLOCK, rows, (tmp, row_sum, rows_, cols_), device)
-    launch_grid_stride(broadcast_div, NAIVE_BLOCK, elementwise, (tmp, row_sum, y, rows_, cols_), device)
+    tmp, row_max, row_sum = _float32(rows * cols, x), _float32(rows, x), _float32(rows, x)
+    rows_, cols_, n_, each = _sizes(rows, cols)
+    _pipeline([(f"naive_reduce_max<{t}>", rows, (x, row_max, rows_, cols_)),
+               (f"naive_broadcast_sub<{t}>", each, (x, row_max, tmp, rows_, cols_)),
+               ("naive_exp", each, (tmp, n_)),
+               ("naive_reduce_sum", rows, (tmp, row_sum, rows_, cols_)),
+               (f"naive_broadcast_div<{t}>", each, (tmp, row_sum, y, rows_, cols_))], device_index(x))
     return y
 
 
@@ -70,31 +74,19 @@ def naive_log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> to
     Same contract as `naive_softmax` (2-D contiguous CUDA tensor, float16/bfloat16/float32).
     """
     check_matrix(x, "naive_log_softmax")
-    ctype = cpp_type(x.dtype)
+    t = cpp_type(x.dtype)
     y = _naive_out(x, out)
     rows, cols = x.shape
-    n = rows * cols
-    if n == 0:
+    if rows * cols == 0:
         return y
-    device = device_index(x)
-    base, family = load(NAIVE), load(FAMILY_NAIVE)
-    reduce_max = base.kernel(f"naive_reduce_max<{ctype}>")
-    broadcast_sub = base.kernel(f"naive_broadcast_sub<{ctype}>")
-    exp_into = family.kernel("naive_exp_into")
-    reduce_sum = base.kernel("naive_reduce_sum")
-    sub_log = family.kernel(f"naive_broadcast_sub_log<{ctype}>")
-
-    t = torch.empty(n, dtype=torch.float32, device=x.device)
-    e = torch.empty(n, dtype=torch.float32, device=x.device)
-    row_max = torch.empty(rows, dtype=torch.float32, device=x.device)
-    row_sum = torch.empty(rows, dtype=torch.float32, device=x.device)
-    rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
-    elementwise = -(-n // NAIVE_BLOCK)
-    launch_grid_stride(reduce_max, NAIVE_BLOCK, rows, (x, row_max, rows_, cols_), device)
-    launch_grid_stride(broadcast_sub, NAIVE_BLOCK, elementwise, (x, row_max, t, rows_, cols_), device)
-    launch_grid_stride(exp_into, NAIVE_BLOCK, elementwise, (t, e, n_), device)
-    launch_grid_stride(reduce_sum, NAIVE_BLOCK, rows, (e, row_sum, rows_, cols_), device)
-    launch_grid_stride(sub_log, NAIVE_BLOCK, elementwise, (t, row_sum, y, rows_, cols_), device)
+    shifted, e = _float32(rows * cols, x), _float32(rows * cols, x)
+    row_max, row_sum = _float32(rows, x), _float32(rows, x)
+    rows_, cols_, n_, each = _sizes(rows, cols)
+    _pipeline([(f"naive_reduce_max<{t}>", rows, (x, row_max, rows_, cols_)),
+               (f"naive_broadcast_sub<{t}>", each, (x, row_max, shifted, rows_, cols_)),
+               ("naive_exp_into", each, (shifted, e, n_)),
+               ("naive_reduce_sum", rows, (e, row_sum, rows_, cols_)),
+               (f"naive_broadcast_sub_log<{t}>", each, (shifted, row_sum, y, rows_, cols_))], device_index(x))
     return y
 
 
@@ -107,26 +99,15 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
         raise ValueError(f"dy must match y: got {tuple(dy.shape)} {dy.dtype} on {dy.device}, "
                          f"y is {tuple(y.shape)} {y.dtype} on {y.device}")
-    ctype = cpp_type(y.dtype)
+    t = cpp_type(y.dtype)
     dx = _naive_out(y, out)
     rows, cols = y.shape
-    n = rows * cols
-    if n == 0:
+    if rows * cols == 0:
         return dx
-    device = device_index(y)
-    base, family = load(NAIVE), load(FAMILY_NAIVE)
-    mul = family.kernel(f"naive_mul<{ctype}>")
-    reduce_sum = base.kernel("naive_reduce_sum")
-    sub = family.kernel(f"naive_broadcast_sub_grad<{ctype}>")
-    mul_out = family.kernel(f"naive_mul_out<{ctype}>")
-
-    p = torch.empty(n, dtype=torch.float32, device=y.device)
-    t = torch.empty(n, dtype=torch.float32, device=y.device)
-    row_sum = torch.empty(rows, dtype=torch.float32, device=y.device)
-    rows_, cols_, n_ = np.int64(rows), np.int64(cols), np.int64(n)
-    elementwise = -(-n // NAIVE_BLOCK)
-    launch_grid_stride(mul, NAIVE_BLOCK, elementwise, (y, dy, p, n_), device)
-    launch_grid_stride(reduce_sum, NAIVE_BLOCK, rows, (p, row_sum, rows_, cols_), device)
-    launch_grid_stride(sub, NAIVE_BLOCK, elementwise, (dy, row_sum, t, rows_, cols_), device)
-    launch_grid_stride(mul_out, NAIVE_BLOCK, elementwise, (t, y, dx, n_), device)
+    product, diff, row_sum = _float32(rows * cols, y), _float32(rows * cols, y), _float32(rows, y)
+    rows_, cols_, n_, each = _sizes(rows, cols)
+    _pipeline([(f"naive_mul<{t}>", each, (y, dy, product, n_)),
+               ("naive_reduce_sum", rows, (product, row_sum, rows_, cols_)),
+               (f"naive_broadcast_sub_grad<{t}>", each, (dy, row_sum, diff, rows_, cols_)),
+               (f"naive_mul_out<{t}>", each, (diff, y, dx, n_))], device_index(y))
     return dx
