@@ -36,7 +36,9 @@ def build_options() -> dict[str, str]:
     """Every build option that changes what the kernels compute or how they run, as environment
     entries a run records: today only $BWBENCH_NVRTC_OPTIONS (extra NVRTC options, e.g. -lineinfo),
     and only where it is set. Plans take their other choices as arguments with fixed defaults."""
+    import shlex
+
     from bwbench.cuda.loader import EXTRA_OPTIONS_ENV, extra_options
 
     options = extra_options()
-    return {EXTRA_OPTIONS_ENV: " ".join(options)} if options else {}
+    return {EXTRA_OPTIONS_ENV: shlex.join(options)} if options else {}
