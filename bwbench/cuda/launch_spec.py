@@ -8,6 +8,7 @@ repeated call does not rebuild them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,18 +59,12 @@ class Launch:
     @property
     def threads(self) -> int:
         """Threads per block."""
-        n = 1
-        for d in self.block:
-            n *= d
-        return n
+        return math.prod(self.block)
 
     @property
     def blocks(self) -> int:
         """Blocks in the grid."""
-        n = 1
-        for d in self.grid:
-            n *= d
-        return n
+        return math.prod(self.grid)
 
 
 class DeviceQueries(Protocol):

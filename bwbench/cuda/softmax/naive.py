@@ -27,6 +27,13 @@ def _naive_out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+def _start(x: torch.Tensor, out: torch.Tensor | None, what: str, name: str = "x"):
+    """x checked; (its storage type, the output to write, rows, cols)."""
+    check_matrix(x, what, name)
+    rows, cols = x.shape
+    return cpp_type(x.dtype), _naive_out(x, out), rows, cols
+
+
 def _float32(n: int, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(n, dtype=torch.float32, device=like.device)
 
@@ -52,10 +59,7 @@ def naive_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.
     writes into `out` (same shape, dtype and device, contiguous) and returns it. Runs on PyTorch's
     current stream; capturable in a CUDA graph once it has run outside capture.
     """
-    check_matrix(x, "naive_softmax")
-    t = cpp_type(x.dtype)
-    y = _naive_out(x, out)
-    rows, cols = x.shape
+    t, y, rows, cols = _start(x, out, "naive_softmax")
     if rows * cols == 0:
         return y
     tmp, row_max, row_sum = _float32(rows * cols, x), _float32(rows, x), _float32(rows, x)
@@ -73,10 +77,7 @@ def naive_log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None) -> to
 
     Same contract as `naive_softmax` (2-D contiguous CUDA tensor, float16/bfloat16/float32).
     """
-    check_matrix(x, "naive_log_softmax")
-    t = cpp_type(x.dtype)
-    y = _naive_out(x, out)
-    rows, cols = x.shape
+    t, y, rows, cols = _start(x, out, "naive_log_softmax")
     if rows * cols == 0:
         return y
     shifted, e = _float32(rows * cols, x), _float32(rows * cols, x)
@@ -99,9 +100,7 @@ def naive_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tens
     if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
         raise ValueError(f"dy must match y: got {tuple(dy.shape)} {dy.dtype} on {dy.device}, "
                          f"y is {tuple(y.shape)} {y.dtype} on {y.device}")
-    t = cpp_type(y.dtype)
-    dx = _naive_out(y, out)
-    rows, cols = y.shape
+    t, dx, rows, cols = _start(y, out, "naive_softmax_backward", "y")
     if rows * cols == 0:
         return dx
     product, diff, row_sum = _float32(rows * cols, y), _float32(rows * cols, y), _float32(rows, y)
