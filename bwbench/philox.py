@@ -7,12 +7,15 @@ reliance on wrap-around of signed 64-bit multiplication, which neither library p
 
 The dropout stream (kernels/bitmask.cuh, `dropout_keep4`): element i keeps iff output i % 4 of
 Philox at counter (lo(i // 4), hi(i // 4), lo(offset), hi(offset)) with key (lo(seed), hi(seed))
-is >= threshold = round(p * 2^32).
+is >= threshold = round(p * 2^32), computed by the kernels' own planner
+(bwbench.cuda.bitmask.plan.dropout_threshold).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+from bwbench.cuda.bitmask.plan import dropout_threshold as threshold
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85  # key bumps (golden ratio, sqrt(3) - 1)
@@ -45,16 +48,6 @@ def philox4x32(counter: Sequence[Any], key: Sequence[Any], rounds: int = ROUNDS)
         hi1, lo1 = _mulhilo(c2, M1)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
     return c0, c1, c2, c3
-
-
-def threshold(p: float) -> int:
-    """round(p * 2^32): an element keeps when its Philox word is at least this (0 <= p < 1)."""
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    t = round(p * 2.0**32)
-    if t > MASK32:
-        raise ValueError(f"dropout probability {p} is too close to 1 for a 32-bit threshold")
-    return t
 
 
 def dropout_keep_numpy(n: int, p: float, seed: int, offset: int = 0):

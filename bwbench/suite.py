@@ -11,6 +11,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import skip as _skip
+
+Skip = _skip.Skip  # re-exported: the kernel layer (bwbench.cuda) raises it too (bwbench/skip.py)
+
 IMPLEMENTATION_KINDS = ("cuda", "triton", "naive", "cudnn", "torch", "compiled", "liger", "quack")
 """The kinds bwbench knows, in the order reports show them: this project's optimized kernels, a
 Triton kernel, the multi-kernel or per-element version the articles start from, the cuDNN call,
@@ -48,11 +52,6 @@ DTYPE_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8
 
 class SuiteDefinitionError(ValueError):
     """A suite file declares something inconsistent (a bug in the suite, not in the user's input)."""
-
-
-class Skip(Exception):
-    """Raised by an implementation's build (or run) when it cannot run this case here: the case is
-    recorded as skipped with this reason (no cuDNN, dtype unsupported), not silently dropped."""
 
 
 class SelectionError(ValueError):

@@ -245,13 +245,11 @@ template <typename T, bool Aligned>
 __global__ void bitmask_backward(const T* __restrict__ dy, const unsigned char* __restrict__ mask, i64 mask_bytes,
                                  T* __restrict__ dx, float scale, i64 n) {
     i64 start = 0;
-#ifndef BW_BACKWARD_PACKS  // an experiment switch (BWBENCH_NVRTC_OPTIONS=-DBW_BACKWARD_PACKS): a pack per thread
     if constexpr (Aligned) {
         const i64 lines = n / bw::MASK_LINE;
         bw::masked_backward_lines<T>(dy, reinterpret_cast<const unsigned*>(mask), dx, scale, lines);
         start = lines * bw::MASK_LINE;
     }
-#endif
     bw::masked_backward<T, Aligned, false>(dy, mask, mask_bytes, dx, scale, n, start);
 }
 

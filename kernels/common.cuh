@@ -129,24 +129,52 @@ __device__ __forceinline__ float warp_allreduce(float v) {
     return v;
 }
 
-// All-reduce over the whole block: every thread gets the result. blockDim.x must be a multiple of
-// 32 (at most 1024) and every thread must call it (it contains __syncthreads). Each warp reduces
-// the per-warp partials itself instead of waiting for warp 0 to broadcast them, which saves one
-// barrier; the trailing barrier lets the caller call it again straight away (the partials buffer
-// is static, one per Op).
-template <typename Op>
-__device__ __forceinline__ float block_allreduce(float v) {
-    __shared__ float partials[32];
+// All-reduce over the whole block of any state (a float, softmax's (m, d), a Welford state): every
+// thread gets the result. WarpAllReduce is a functor type whose call leaves every lane of a warp
+// with its warp's result; `identity` stands in for the warps a smaller block does not have.
+// blockDim.x must be a multiple of 32 (at most 1024) and every thread must call it (it contains
+// __syncthreads). Each warp reduces the per-warp partials itself instead of waiting for warp 0 to
+// broadcast them, which saves one barrier; the trailing barrier lets the caller call it again
+// straight away (the partials buffer is static, one per instantiation). kOneWarpShortcut returns
+// the warp's result at once in a one-warp block (no barrier; callers whose identity is not exact
+// under the warp reduction ask for it).
+// Where block_allreduce_of keeps one state per warp: an array of State unless a State says
+// otherwise (welford.cuh keeps its three fields in three arrays).
+template <typename State>
+struct WarpPartials {
+    State v[32];
+    __device__ __forceinline__ void store(int warp, const State& s) { v[warp] = s; }
+    // Warp `warp`'s state where the block has that warp (warp < warps), else `identity`.
+    __device__ __forceinline__ State load_or(int warp, int warps, const State& identity) const {
+        return warp < warps ? v[warp] : identity;
+    }
+};
+
+template <typename State, typename WarpAllReduce, bool kOneWarpShortcut = false>
+__device__ __forceinline__ State block_allreduce_of(State v, const State& identity) {
+    __shared__ WarpPartials<State> partials;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
-    v = warp_allreduce<Op>(v);
-    if (lane == 0) partials[warp] = v;
+    v = WarpAllReduce()(v);
+    if (kOneWarpShortcut && warps == 1) return v;  // uniform over the block: no barrier needed
+    if (lane == 0) partials.store(warp, v);
     __syncthreads();
-    v = lane < warps ? partials[lane] : Op::identity();
-    v = warp_allreduce<Op>(v);
+    v = partials.load_or(lane, warps, identity);
+    v = WarpAllReduce()(v);
     __syncthreads();
     return v;
+}
+
+template <typename Op>
+struct WarpAllReduceOp {
+    __device__ __forceinline__ float operator()(float v) const { return warp_allreduce<Op>(v); }
+};
+
+// block_allreduce_of for a float and a reduction Op (SumOp, MaxOp).
+template <typename Op>
+__device__ __forceinline__ float block_allreduce(float v) {
+    return block_allreduce_of<float, WarpAllReduceOp<Op>>(v, Op::identity());
 }
 
 // Keeps row = i / cols (and col = i % cols) up to date while a grid-stride loop walks the flat

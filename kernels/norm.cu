@@ -48,9 +48,10 @@ constexpr int kWarpBlock = 128;
 // is in flight at once without holding a register.)
 constexpr int kBlockLoadBatch = 4;
 
-// Packs per step of the cached block kernel's second pass: their gamma and beta loads are all
-// issued before the first is used (the uncached kernel, which also reloads x, takes 2).
+// Packs per step of the block kernels' second pass: their gamma and beta loads are all issued
+// before the first is used (the uncached kernel, which also reloads x, takes fewer).
 constexpr int kBlockStoreBatch = 4;
+constexpr int kUncachedStoreBatch = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Welford / Chan
@@ -58,7 +59,9 @@ constexpr int kBlockStoreBatch = 4;
 
 // A partial result over the (shifted) values: count, mean and M2 (kernels/welford.cuh).
 using bw::Welford;
+using bw::block_merge;
 using bw::chan_merge;
+using bw::warp_merge;
 
 // One element into a running state; `inv_count` is 1 / (count including this element). Callers
 // pass compile-time constants, so there is no division per element.
@@ -66,23 +69,6 @@ __device__ __forceinline__ void welford_step(float v, float inv_count, float& me
     const float d = v - mean;
     mean = fmaf(d, inv_count, mean);
     m2 = fmaf(d, v - mean, m2);
-}
-
-// Butterfly merge within aligned groups of Width lanes; every lane ends with its group's state,
-// bit-identical across the group (each pair merges lower-then-upper). All 32 lanes must call it.
-template <int Width>
-__device__ __forceinline__ Welford warp_merge(Welford s) {
-    static_assert(Width >= 1 && Width <= 32 && (Width & (Width - 1)) == 0, "Width: a power of two <= 32");
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int mask = Width / 2; mask > 0; mask /= 2) {
-        Welford o;
-        o.n = __shfl_xor_sync(0xffffffffu, s.n, mask);
-        o.mean = __shfl_xor_sync(0xffffffffu, s.mean, mask);
-        o.m2 = __shfl_xor_sync(0xffffffffu, s.m2, mask);
-        s = (lane & mask) ? chan_merge(o, s) : chan_merge(s, o);
-    }
-    return s;
 }
 
 // The same merge when every lane holds the same count n (a full row, no padding): Chan's formula
@@ -99,33 +85,6 @@ __device__ __forceinline__ void warp_merge_equal(float& mean, float& m2, float n
         m2 = fmaf(d * d, n * 0.5f, m2 + oq);
         n *= 2.0f;
     }
-}
-
-// Merge over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the
-// same state. Contains __syncthreads: all threads must call it. The trailing barrier lets the
-// caller call it again for the next row straight away.
-__device__ __forceinline__ Welford block_merge(Welford s) {
-    __shared__ float partial[3][32];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int warps = blockDim.x >> 5;
-    s = warp_merge<32>(s);
-    if (warps == 1) return s;  // uniform over the block: no barrier needed
-    if (lane == 0) {
-        partial[0][warp] = s.n;
-        partial[1][warp] = s.mean;
-        partial[2][warp] = s.m2;
-    }
-    __syncthreads();
-    Welford t = {0.0f, 0.0f, 0.0f};
-    if (lane < warps) {
-        t.n = partial[0][lane];
-        t.mean = partial[1][lane];
-        t.m2 = partial[2][lane];
-    }
-    t = warp_merge<32>(t);
-    __syncthreads();
-    return t;
 }
 
 // Welford over one pack's N values: the counts 1 ... N are constants.
@@ -270,21 +229,14 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // predicated, not skipped), which keeps every shuffle converged. Where registers allow (C * R <=
 // 16) a lane keeps its gamma and beta as floats for the whole kernel (its columns never change).
 // =============================================================================================
-#ifndef BW_NORM_TWO_PASS
-#define BW_NORM_TWO_PASS 1
-#endif
 // Full rows of norm_warp take the shifted two-pass statistics: with the row in registers the
 // second pass reads no memory, and a sum per pass costs one operation a value and a shuffle and
 // an add per merge step, where Welford costs two dependent operations more a value and Chan's
 // merge five a step (Nsight Compute on an H200, LayerNorm half 256 columns: Welford's kernel
 // issued 41% more instructions than torch.compile's). The centered squares never form
 // E[x^2] - E[x]^2, and the values are shifted by x[row, 0] first, so rows of mean 1e4 keep their
-// accuracy. Partial rows and the block tiers keep Welford and Chan.
-constexpr bool kTwoPass = BW_NORM_TWO_PASS;
+// accuracy (the "two-pass" branch below). Partial rows and the block tiers keep Welford and Chan.
 
-#ifndef BW_NORM_FULL_BODY
-#define BW_NORM_FULL_BODY 1  // 0: every row takes the general body (for A/B runs; same results)
-#endif
 // kFull: cols == C * W, every lane holds C columns. That body has no per-pack validity tests and
 // no zero padding, and a group whose row is past the end loads the last row instead (it stores
 // nothing), so its loads need no predicate either: on an H100 the predicated body issued 47% more
@@ -372,9 +324,9 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
 #pragma unroll
                 for (int i = 0; i < C; ++i) v[r][i] -= k;
                 bool centered = false;
-                if (full && kTwoPass) {
+                if (full) {
                     // The whole row is in the group's registers: the mean from a sum, then the
-                    // squares of the centered values, each a plain warp sum (see kTwoPass).
+                    // squares of the centered values, each a plain warp sum (see norm_warp_rows' comment).
                     float sum = 0.0f;
 #pragma unroll
                     for (int i = 0; i < C; ++i) sum += v[r][i];
@@ -449,7 +401,7 @@ norm_warp(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
           int cols, float eps) {
     // Four lanes a row (half 64 columns) measured 5% slower with the full-row body on an H100
     // (LayerNorm 8.3 against 7.8 us, same grid; 2 and 8 lanes were 4-7% faster): they keep one body.
-    constexpr bool kFullBody = BW_NORM_FULL_BODY && W != 4;
+    constexpr bool kFullBody = W != 4;
     if (kFullBody && cols == C * W) {
         norm_warp_rows<T, kRms, N, C, W, R, true>(x, gamma, beta, y, mean_out, rstd_out, rows, cols, eps);
     } else {
@@ -613,7 +565,7 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
     using PackT = bw::Pack<T, N>;
     constexpr bool kAsync = kCached && sizeof(PackT) == 16;
     constexpr int U = normk::kBlockLoadBatch;
-    constexpr int V = kCached ? normk::kBlockStoreBatch : 2;
+    constexpr int V = kCached ? normk::kBlockStoreBatch : normk::kUncachedStoreBatch;
     PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
     const int packs = cols / N;
     const int threads = blockDim.x;

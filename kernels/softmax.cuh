@@ -131,21 +131,15 @@ __device__ __forceinline__ MD warp_allreduce_md(MD v) {
     return v;
 }
 
-// Block-wide (m, d) all-reduce; same contract as bw::block_allreduce (blockDim.x a multiple of 32,
-// every thread calls it, reusable straight away).
+template <typename T>
+struct WarpAllReduceMD {
+    __device__ __forceinline__ MD operator()(MD v) const { return warp_allreduce_md<T, 32>(v); }
+};
+
+// Block-wide (m, d) all-reduce; same contract as bw::block_allreduce_of.
 template <typename T>
 __device__ __forceinline__ MD block_allreduce_md(MD v) {
-    __shared__ MD partials[32];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int warps = blockDim.x >> 5;
-    v = warp_allreduce_md<T, 32>(v);
-    if (lane == 0) partials[warp] = v;
-    __syncthreads();
-    v = lane < warps ? partials[lane] : md_identity();
-    v = warp_allreduce_md<T, 32>(v);
-    __syncthreads();
-    return v;
+    return block_allreduce_of<MD, WarpAllReduceMD<T>>(v, md_identity());
 }
 
 // ---------------------------------------------------------------------------------------------

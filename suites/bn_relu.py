@@ -110,7 +110,9 @@ def validate(case):
 
 @suite.inputs
 def inputs(case, gen):
-    from bwbench.cuda.bn_relu import forward_reference, keep_mask
+    from bwbench.cuda.bn_relu import keep_mask
+
+    from ._bn_relu_reference import forward_reference
 
     fmt = torch.channels_last if case.layout == "NHWC" else torch.contiguous_format
     c = case.shape[1]
@@ -141,7 +143,9 @@ def inputs(case, gen):
 def reference(x, gamma, beta, eps, z=None, dy=None, y=None, mask=None, mean=None, invstd=None, residual=False):
     """float64. Forward: (y, packed bits of pre > 0, mean, invstd). Backward: (dx, [dz,] dgamma, dbeta),
     the mask being y > 0 (the same decisions as the `mask` input)."""
-    from bwbench.cuda.bn_relu import backward_reference, forward_reference, keep_mask
+    from bwbench.cuda.bn_relu import keep_mask
+
+    from ._bn_relu_reference import backward_reference, forward_reference
 
     if dy is None:
         y_ref, pre, m, s = forward_reference(x, gamma, beta, eps, z)
@@ -241,7 +245,9 @@ def _check_sum(name, got, want, abs_terms):
 @suite.check_outputs
 def check(case, inputs, outputs):
     """See the module docstring: tolerances per output, the mask exact outside a band around zero."""
-    from bwbench.cuda.bn_relu import backward_reference, forward_reference, memory_order
+    from bwbench.cuda.bn_relu import memory_order
+
+    from ._bn_relu_reference import backward_reference, forward_reference
 
     outs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
     x, layout = inputs["x"], case.layout

@@ -50,7 +50,7 @@ def inputs(case, gen):
 
 @suite.reference
 def reference(x, gamma, beta, eps):
-    from bwbench.cuda.norm import layer_norm_reference
+    from ._norm_reference import layer_norm_reference
 
     return layer_norm_reference(x, gamma, beta, eps)
 
@@ -84,7 +84,7 @@ def naive(case):
 @suite.impl("cudnn", kind="cudnn")
 def cudnn(case):
     """cuDNN frontend layernorm graph, training phase (needs nvidia-cudnn-frontend)."""
-    from bwbench.cuda.norm import CudnnNorm  # raises Skip with the reason where it cannot run
+    from bwbench.cuda.cudnn import CudnnNorm  # raises Skip with the reason where it cannot run
 
     return CudnnNorm(case.rows, case.cols, case.torch_dtype, case.eps, rms=False).forward
 

@@ -39,7 +39,7 @@ def inputs(case, gen):
 
 @suite.reference
 def reference(x, gamma, eps):
-    from bwbench.cuda.norm import rms_norm_reference
+    from ._norm_reference import rms_norm_reference
 
     return rms_norm_reference(x, gamma, eps)
 
@@ -72,7 +72,7 @@ def naive(case):
 @suite.impl("cudnn", kind="cudnn")
 def cudnn(case):
     """cuDNN frontend rmsnorm graph, training phase (needs nvidia-cudnn-frontend)."""
-    from bwbench.cuda.norm import CudnnNorm  # raises Skip with the reason where it cannot run
+    from bwbench.cuda.cudnn import CudnnNorm  # raises Skip with the reason where it cannot run
 
     return CudnnNorm(case.rows, case.cols, case.torch_dtype, case.eps, rms=True).forward
 

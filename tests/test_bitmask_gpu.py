@@ -119,13 +119,14 @@ def test_dropout_masks_are_the_python_philox(dtype, n, misaligned, p):
 def test_dropout_wide_counter_draws_the_same_mask(dtype, monkeypatch):
     """Tensors of 2^33 elements or more take the general Philox draw (the counter's second word
     from the group index); forced onto a small tensor it must give what the narrow draw gives."""
-    import bwbench.cuda.bitmask as bm
+    import bwbench.cuda.bitmask.launch as bm
+    import bwbench.cuda.bitmask.plan as bm_plan
 
     n, p, seed, offset = 3 * 4096 + 5, 0.3, 0xDEAD_BEEF_0000_0001, (7 << 32) + 5
     x = _randn(n, dtype, seed=3)
     narrow = bm.dropout_forward(x, p, seed, offset)
     narrow_bytes = bm.dropout_forward_bytes(x, p, seed, offset)
-    monkeypatch.setattr(bm, "NARROW_COUNTER_LIMIT", 0)
+    monkeypatch.setattr(bm_plan, "NARROW_COUNTER_LIMIT", 0)
     assert bm._wide_counter(n) == "true"
     _poison(n * 4)
     wide = bm.dropout_forward(x, p, seed, offset)

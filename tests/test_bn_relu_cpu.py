@@ -4,22 +4,43 @@ suite's output check on CPU tensors standing in for right and wrong outputs."""
 
 from __future__ import annotations
 
+import types
+
 import importlib.util
 
 import numpy as np
 import pytest
 import torch
 
-from bwbench.cuda import bn_relu
+import bwbench.cuda.bn_relu as bn_relu_package
+from bwbench.cuda.bn_relu import launch as _launch
+from bwbench.cuda.bn_relu import plan as _plan
 from bwbench.cuda.bitmask import unpack_bits
 from bwbench.discovery import get_suite
 from bwbench.suite import Case, SelectionError
 
 
-def _module():
+def _suite_reference():
+    import importlib
+
+    from bwbench.discovery import _package_for
     from bwbench.paths import suites_dir
 
-    spec = importlib.util.spec_from_file_location("_bn_relu_test_suite", suites_dir() / "bn_relu.py")
+    package = _package_for(suites_dir())
+    return importlib.import_module(f"{package}._bn_relu_reference")
+
+
+bn_relu = types.SimpleNamespace(**{k: v for m in (_plan, _launch, _suite_reference()) for k, v in vars(m).items()
+                                   if not k.startswith("__")})
+"""The family's plan, launcher and the suite's references under one name (the tests' view)."""
+
+
+def _module():
+    from bwbench.discovery import _package_for
+    from bwbench.paths import suites_dir
+
+    package = _package_for(suites_dir())
+    spec = importlib.util.spec_from_file_location(f"{package}._bn_relu_test_suite", suites_dir() / "bn_relu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -163,9 +184,9 @@ def test_barrier_buffer_layout_matches_the_kernels():
     flags) from constants that bn_relu.cu defines on its side."""
     import re
 
-    from bwbench.paths import kernels_dir
+    from bwbench.cuda.loader import source_files
 
-    source = (kernels_dir() / "bn_relu.cu").read_text()
+    source = "\n".join(path.read_text() for path in source_files("bn_relu.cu"))  # the .cu and its headers
 
     def constant(name: str) -> str:
         return re.search(rf"constexpr int {name} = ([^;]+);", source).group(1)
@@ -371,7 +392,7 @@ def test_y_allowance_covers_one_rounding_of_each_term_and_no_more():
 
 
 def test_finalize_takes_a_warp_per_channel_only_for_few_partials():
-    from bwbench.cuda.bn_relu import BLOCK, FEW_PARTIALS, finalize_grid
+    from bwbench.cuda.bn_relu.plan import BLOCK, FEW_PARTIALS, finalize_grid
 
     assert finalize_grid(2048, 1) == (True, 2048 // (BLOCK // 32))
     assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // (BLOCK // 32) + 1)
@@ -412,7 +433,7 @@ def test_optimized_forward_model_counts_x_as_the_launcher_reads_it(monkeypatch):
     twice = suite.traffic_of(impl, fwd)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     asked = []
-    monkeypatch.setattr(bn_relu, "forward_x_read_bytes",
+    monkeypatch.setattr(bn_relu_package, "forward_x_read_bytes",
                         lambda shape, dtype, layout, residual=False, device=None: asked.append((shape, layout, residual)) or ns + 1000)
     once_and_a_bit = suite.traffic_of(impl, fwd)
     assert asked == [((32, 64, 112, 112), "NCHW", True)]

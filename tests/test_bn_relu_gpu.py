@@ -65,6 +65,17 @@ def _misaligned(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _reference():
+    """suites/_bn_relu_reference.py, imported as the suites import it."""
+    import importlib
+
+    from bwbench.discovery import _package_for
+    from bwbench.paths import suites_dir
+
+    package = _package_for(suites_dir())
+    return importlib.import_module(f"{package}._bn_relu_reference")
+
+
 @pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
 @pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -160,9 +171,10 @@ def test_one_launch_and_three_kernel_paths_both_match_reference(shape, nchw, nhw
 def test_both_finalize_kernels_match_reference(shape, layout, direction, few_partials, monkeypatch):
     """The three-kernel path's finalize, forced to a block per channel and to a warp per channel
     (whatever the partial count), passes the suite's check."""
-    from bwbench.cuda import bn_relu as launcher
+    from bwbench.cuda.bn_relu import launch as launcher
+    from bwbench.cuda.bn_relu import plan as planner
 
-    monkeypatch.setattr(launcher, "FEW_PARTIALS", few_partials)
+    monkeypatch.setattr(planner, "FEW_PARTIALS", few_partials)
     case = _case(direction, "bn_relu", shape, layout, "float16")
     inputs = _inputs(case, seed=sum(shape) + few_partials % 97)
     _poison(inputs["x"].numel() * 8)
@@ -185,10 +197,11 @@ def test_both_walk_orders_of_the_separate_passes_match_reference(shape, layout, 
                                                                  from_end_min_bytes, monkeypatch):
     """The three-kernel path's elementwise passes, walked from the end (forced for every size) and
     from the start, pass the suite's check, the scalar tail included."""
-    from bwbench.cuda import bn_relu as launcher
+    from bwbench.cuda.bn_relu import launch as launcher
+    from bwbench.cuda.bn_relu import plan as planner
 
-    monkeypatch.setattr(launcher, "FROM_END_MIN_BYTES", from_end_min_bytes)
-    assert launcher.walk_from_end(torch.empty(1, device="cuda")) == (from_end_min_bytes == 0)
+    monkeypatch.setattr(planner, "FROM_END_MIN_BYTES", from_end_min_bytes)
+    assert planner.walk_from_end(4) == (from_end_min_bytes == 0)
     case = _case(direction, variant, shape, layout, "float16")
     inputs = _inputs(case, seed=sum(shape) + 7)
     _poison(inputs["x"].numel() * 8)
@@ -232,7 +245,9 @@ def test_one_launch_path_repeats_and_runs_on_two_streams():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_statistics_of_data_with_a_large_mean(layout, shape):
     """Shifted sums: a channel of mean 1e4 and std 1 keeps invstd to float32 accuracy."""
-    from bwbench.cuda.bn_relu import bn_relu_forward, forward_reference
+    from bwbench.cuda.bn_relu import bn_relu_forward
+
+    forward_reference = _reference().forward_reference
 
     fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
     gen = torch.Generator(device="cuda").manual_seed(3)
@@ -325,7 +340,8 @@ def test_suite_passes_the_harness_check(tmp_path):
 def test_one_launch_nhwc_forward_merges_in_rounds_to_the_same_bits(shape, variant, dtype, monkeypatch):
     """The NHWC one-launch forward's block merge, all of a pack's channels at once or MERGE_ROUND
     a round (more x-cache slots): the same y, mask and statistics bit for bit, passing the check."""
-    from bwbench.cuda import bn_relu as launcher
+    from bwbench.cuda.bn_relu import launch as launcher
+    from bwbench.cuda.bn_relu import plan as planner
 
     case = _case("forward", variant, shape, "NHWC", dtype)
     inputs = _inputs(case, seed=sum(shape) + 5)
@@ -353,7 +369,8 @@ def test_one_launch_forward_gives_the_same_bits_whatever_its_x_cache_holds(layou
     """The one-launch forward with its x cache off, holding one or three packs of each thread's
     walk (the rest read again from global memory), or all that fits: the same y, mask and
     statistics bit for bit, and they pass the suite's check. The shapes give walks of 4-32 packs."""
-    from bwbench.cuda import bn_relu as launcher
+    from bwbench.cuda.bn_relu import launch as launcher
+    from bwbench.cuda.bn_relu import plan as planner
 
     case = _case("forward", variant, shape, layout, dtype)
     inputs = _inputs(case, seed=sum(shape) + 3)

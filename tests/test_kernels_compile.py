@@ -26,8 +26,8 @@ from bwbench.cuda.loader import KernelCompileError, KernelSource
 from bwbench.paths import kernels_dir
 
 # Import every module of bwbench.cuda so that each launcher declares its KernelSource.
-for _info in pkgutil.iter_modules(bwbench.cuda.__path__):
-    importlib.import_module(f"{bwbench.cuda.__name__}.{_info.name}")
+for _info in pkgutil.walk_packages(bwbench.cuda.__path__, prefix=f"{bwbench.cuda.__name__}."):
+    importlib.import_module(_info.name)
 
 SOURCES = sorted(loader.declared_sources(), key=lambda s: (s.filename, s.name_expressions))
 ARCHS = ("sm_80", "sm_90")

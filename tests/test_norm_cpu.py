@@ -12,11 +12,24 @@ import pytest
 import torch
 
 from bwbench.check import compare
-from bwbench.cuda import norm
+from bwbench.cuda.cudnn import CudnnNorm
+from bwbench.cuda.norm import NAIVE, OPTIMIZED
+from bwbench.cuda.norm import plan as norm
 from bwbench.discovery import get_suite
 from bwbench.suite import Skip
 
 F32 = np.float32
+
+
+def _suite_module(name: str):
+    """A private helper module of suites/ (imported as the suites import it)."""
+    import importlib
+
+    from bwbench.discovery import _package_for
+    from bwbench.paths import suites_dir
+
+    package = _package_for(suites_dir())
+    return importlib.import_module(f"{package}.{name}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +87,8 @@ def test_tolerances_one_per_output():
 
 @pytest.mark.parametrize("ctype", ["half_t", "bf16_t", "float"])
 def test_every_warp_choice_is_instantiated(ctype):
-    declared = set(norm.OPTIMIZED[(ctype, False)].name_expressions)
-    declared_rms = set(norm.OPTIMIZED[(ctype, True)].name_expressions)
+    declared = set(OPTIMIZED[(ctype, False)].name_expressions)
+    declared_rms = set(OPTIMIZED[(ctype, True)].name_expressions)
     for pack in (norm.full_pack(ctype), 1):
         for cols in range(1, norm.WARP_MAX_COLS + 1):
             config = norm.warp_config(cols, pack)
@@ -216,7 +229,7 @@ def test_every_planned_kernel_is_declared():
     gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
     for ctype in ("half_t", "bf16_t", "float"):
         for rms in (False, True):
-            declared = set(norm.OPTIMIZED[(ctype, rms)].name_expressions)
+            declared = set(OPTIMIZED[(ctype, rms)].name_expressions)
             for cols in [1, 2, 3, 31, 33, 100, 1000, 1023, 1024, 1025, 4096, 4097, 8192, 16384, 32768, 300_000]:
                 for pack in (norm.full_pack(ctype), 1):
                     if cols % pack:
@@ -230,7 +243,7 @@ def test_every_planned_kernel_is_declared():
 
 
 def test_naive_source_declares_every_launch():
-    names = set(norm.NAIVE.name_expressions)
+    names = set(NAIVE.name_expressions)
     for t in ("half_t", "bf16_t", "float"):
         assert {f"naive_row_mean<{t}>", f"naive_row_rstd<{t}>", f"naive_row_rms<{t}>",
                 f"naive_normalize<{t}, false>", f"naive_normalize<{t}, true>"} <= names
@@ -242,11 +255,12 @@ def test_naive_source_declares_every_launch():
 
 
 def test_references_match_numpy(monkeypatch):
-    monkeypatch.setattr(norm, "REFERENCE_CHUNK_ELEMENTS", 7 * 33)  # several chunks, a ragged last one
+    reference = _suite_module("_norm_reference")
+    monkeypatch.setattr(reference, "REFERENCE_CHUNK_ELEMENTS", 7 * 33)  # several chunks, a ragged last one
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(50, 33, generator=gen) * 3 + 2
     g, b = torch.randn(33, generator=gen), torch.randn(33, generator=gen)
-    y, mean, rstd = norm.layer_norm_reference(x, g, b, 1e-5)
+    y, mean, rstd = reference.layer_norm_reference(x, g, b, 1e-5)
     xn = x.double().numpy()
     m = xn.mean(1)
     r = 1 / np.sqrt(xn.var(1) + 1e-5)
@@ -254,7 +268,7 @@ def test_references_match_numpy(monkeypatch):
     np.testing.assert_allclose(rstd.numpy(), r, rtol=1e-13)
     np.testing.assert_allclose(y.numpy(), (xn - m[:, None]) * r[:, None] * g.double().numpy() + b.double().numpy(),
                                rtol=1e-12, atol=1e-12)
-    y, rstd = norm.rms_norm_reference(x, g, 1e-5)
+    y, rstd = reference.rms_norm_reference(x, g, 1e-5)
     r = 1 / np.sqrt((xn * xn).mean(1) + 1e-5)
     np.testing.assert_allclose(rstd.numpy(), r, rtol=1e-13)
     np.testing.assert_allclose(y.numpy(), xn * r[:, None] * g.double().numpy(), rtol=1e-12)
@@ -280,7 +294,7 @@ def test_torch_baselines_pass_the_suite_check_in_float32():
 def test_cudnn_frontend_missing_is_a_clean_skip(monkeypatch):
     monkeypatch.setitem(sys.modules, "cudnn", None)  # makes `import cudnn` fail
     with pytest.raises(Skip, match=r"nvidia-cudnn-frontend is not installed \(pip install bwbench\[cudnn\]\)"):
-        norm.CudnnNorm(8, 64, torch.float16, 1e-5, rms=False)
+        CudnnNorm(8, 64, torch.float16, 1e-5, rms=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,6 +40,26 @@ def _random(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor
     return torch.randn(rows, cols, generator=gen, device="cuda").to(dtype)
 
 
+def _norm():
+    """The norm family's plan, launchers and the suites' references under one name (the tests' view)."""
+    import importlib
+    import types
+
+    from bwbench.cuda import loader
+    from bwbench.cuda.norm import launch, naive, plan
+    from bwbench.discovery import _package_for
+    from bwbench.paths import suites_dir
+
+    package = _package_for(suites_dir())
+    reference = importlib.import_module(f"{package}._norm_reference")
+    names: dict = {}
+    for module in (plan, launch, naive, reference):
+        names.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    names["cpp_type"] = loader.cpp_type
+    names["_launch_of"] = lambda chosen, module, device, rows: launch._with_grid(chosen, module, device, rows, None)
+    return types.SimpleNamespace(**names)
+
+
 def _poisoned(x: torch.Tensor, rms: bool):
     rows = x.shape[0]
     stats = [torch.full((rows,), float("nan"), device=x.device) for _ in range(1 if rms else 2)]
@@ -47,7 +67,7 @@ def _poisoned(x: torch.Tensor, rms: bool):
 
 
 def _run(fn_name: str, x, gamma, beta, rms: bool, **kw):
-    from bwbench.cuda import norm
+    norm = _norm()
 
     out = _poisoned(x, rms)
     fn = getattr(norm, fn_name)
@@ -59,7 +79,7 @@ def _run(fn_name: str, x, gamma, beta, rms: bool, **kw):
 
 def _check(got, x, gamma, beta, rms: bool, what: str):
     from bwbench.check import compare
-    from bwbench.cuda import norm
+    norm = _norm()
 
     ref = norm.rms_norm_reference(x, gamma, EPS) if rms else norm.layer_norm_reference(x, gamma, beta, EPS)
     result = compare(got, ref, _tolerance(rms, x.dtype))
@@ -71,7 +91,7 @@ TIERS = [None, "warp", "registers", "smem", "uncached"]
 
 def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -> bool:
     """Whether a forced tier can hold rows of `cols` (the others are tested on their own shapes)."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     if tier == "warp":
         return cols <= norm.WARP_MAX_COLS
@@ -89,7 +109,7 @@ CASES = [(1, 1), (7, 33), (5, 64), (256, 1000), (3, 1023), (64, 1024), (5, 1500)
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_optimized_matches_reference(dtype, tier, rms):
-    from bwbench.cuda import norm
+    norm = _norm()
 
     for rows, cols in CASES:
         if not _takes(tier, cols, dtype, rms):
@@ -103,20 +123,17 @@ def test_optimized_matches_reference(dtype, tier, rms):
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("tier,cols", [("warp", 200), ("warp", 64), ("registers", 4096), ("smem", 2048),
                                        ("uncached", 1544)])
-def test_row_loop_covers_more_rows_than_the_grid(monkeypatch, tier, cols, rms):
+def test_row_loop_covers_more_rows_than_the_grid(tier, cols, rms):
     """With one wave of blocks (one of the grids the launcher times) the kernels' row loop covers
     the rest of the rows."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
-    monkeypatch.setattr(norm, "GRID_WAVES", (1,))
-    monkeypatch.setattr(norm, "_PLANS", {})
-    monkeypatch.setattr(norm, "_LAUNCHES", {})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = sms * (2048 if tier == "warp" else 64) + 5  # past one wave of blocks of up to 128 rows
     x = _random(rows, cols, torch.float16, seed=cols + 5)
     gamma, beta = _params(cols, torch.float16, seed=cols + 6)
-    got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier)
-    step = norm.chosen_launch(x, rms, tier=tier)
+    got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms, tier=tier, grid_waves=(1,))
+    step = norm.chosen_launch(x, rms, tier=tier, grid_waves=(1,))
     assert step is not None and step.grid * step.plan.rows_per_block < rows, "the loop is not exercised"
     _check(got, x, gamma, beta, rms, f"tier={tier} rows={rows} cols={cols} with one wave")
 
@@ -161,7 +178,7 @@ def _cancellation_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> t
 def test_mean_1e4_std_1_rows(dtype, tier):
     """E[x^2] - E[x]^2 cancels here: in float32 it is off by about an ulp of 1e8 (8), against a
     variance of 1. y within the dtype's tolerance; mean and rstd within 1e-5 relative."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     for rows, cols in [(8, 32), (64, 1000), (16, 1024), (8, 2048), (8, 4096), (4, 32768)]:
         if not _takes(tier, cols, dtype):
@@ -178,7 +195,7 @@ def test_mean_1e4_std_1_rows(dtype, tier):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_constant_rows(dtype, tier):
     """Variance 0: mean is the value and rstd = 1/sqrt(eps) exactly as the reference has it."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     for rows, cols in [(6, 1), (6, 33), (6, 256), (6, 1000), (3, 5000)]:
         if not _takes(tier, cols, dtype):
@@ -244,7 +261,7 @@ def test_runs_on_the_current_stream_and_in_a_cuda_graph():
 def _last_rows_past_int32(rows: int, cols: int, tier: str | None) -> None:
     """A (rows, cols) half matrix whose last rows lie past element 2^31: only 64-bit row offsets
     reach them. The rows are copies of a few random ones, so the check is cheap."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     need = rows * cols * 2 * 2 + (2 << 30)
     free, _ = torch.cuda.mem_get_info()
@@ -269,7 +286,7 @@ def test_beyond_int32_elements(rows, cols, tier):
 
 def test_plans_for_the_default_sweep():
     """Which tier and block each default cols gets on this GPU (printed; -s shows it)."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     for dtype in DTYPES:
         for cols in [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]:
@@ -286,7 +303,7 @@ def test_plans_for_the_default_sweep():
 def test_first_call_times_the_candidate_blocks_once():
     """A block-tier shape is timed once over its candidate block sizes; the fastest is kept, and
     the answer is right whichever was chosen."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     x = _random(300, 4096, torch.float16, seed=12)
     gamma, beta = _params(4096, torch.float16, seed=13)
@@ -305,7 +322,9 @@ def test_first_call_times_the_candidate_blocks_once():
 
 def _launch_exactly(chosen, x, gamma, beta, rms: bool):
     """Run one given plan (kernel and launch shape) on poisoned outputs, bypassing the timing."""
-    from bwbench.cuda import loader, norm
+    from bwbench.cuda import loader
+
+    norm = _norm()
 
     rows, cols = x.shape
     module = loader.load(norm.OPTIMIZED[(norm.cpp_type(x.dtype), rms)])
@@ -328,7 +347,7 @@ def _inputs(rows: int, cols: int, dtype, rms: bool, cancel: bool):
 def test_every_registers_instantiation(dtype, rms):
     """Each norm_rows kernel on full rows (P x B packs), ragged rows (a last partial warp and idle
     warps) and mean-1e4 rows: the timing may pick any of them."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     ctype = norm.cpp_type(dtype)
     pack = norm.full_pack(ctype)
@@ -346,7 +365,7 @@ def test_every_registers_instantiation(dtype, rms):
 def test_every_four_pack_warp_instantiation(dtype, rms):
     """The four-packs-a-lane norm_warp kernels (timed alternatives for 17-128 packs) on full and
     ragged rows, odd row counts (two rows a group) and mean-1e4 rows."""
-    from bwbench.cuda import norm
+    norm = _norm()
 
     ctype = norm.cpp_type(dtype)
     for config in norm._four_pack_configs(ctype):

@@ -97,7 +97,7 @@ def test_misaligned_pointers_narrow_the_moves(offset):
     """A view whose data starts `offset` elements into its storage cannot take 16-byte moves or half2
     packs; the planner must notice and the result stay exact."""
     from bwbench.cuda.permute import permute, plan_for
-    from bwbench.permute_plan import TilePlan
+    from bwbench.cuda.permute.plan import TilePlan
 
     for shape, perm in (((16, 24, 64), (1, 0, 2)), ((16, 24, 64), (0, 2, 1)), ((8, 12, 6, 32), (0, 2, 1, 3)),
                         ((4, 72, 135), (0, 2, 1))):
@@ -127,9 +127,9 @@ def test_misaligned_pointers_narrow_the_moves(offset):
                          ids=lambda v: "x".join(map(str, v)))
 def test_shifted_reads_when_forced(dtype, shape, perm):
     """Shifted 8-byte reads of rows that start anywhere (not chosen by default: they measured slower,
-    see USE_SHIFTED_READS) stay exact, at every row parity and under batch dims."""
+    see choose_tile's shifted_reads) stay exact, at every row parity and under batch dims."""
     from bwbench.cuda.permute import permute, plan_for
-    from bwbench.permute_plan import choose_tile
+    from bwbench.cuda.permute.plan import choose_tile
 
     x = _random(shape, dtype, seed=7)
     expected = x.permute(perm).contiguous()
@@ -151,7 +151,7 @@ def test_aligned_writes_at_every_destination_phase(dtype, shape, perm):
     """permute_tiled_aligned (every compiled configuration that fits) writes exactly the output,
     and nothing around it, whatever the output's offset within an aligned piece."""
     from bwbench.cuda.permute import permute
-    from bwbench.permute_plan import compiled_tile_configs
+    from bwbench.cuda.permute.plan import compiled_tile_configs
 
     x = _random(shape, dtype, seed=11)
     expected = x.permute(perm).contiguous()
@@ -182,7 +182,7 @@ def test_aligned_writes_at_every_destination_phase(dtype, shape, perm):
 def test_wide_tiles_when_forced(dtype, shape, perm):
     """Every 16-byte-pack tile configuration is exact on full and partial tiles, under batch dims."""
     from bwbench.cuda.permute import permute
-    from bwbench.permute_plan import WIDE_TILE_CONFIGS
+    from bwbench.cuda.permute.plan import WIDE_TILE_CONFIGS
 
     x = _random(shape, dtype, seed=13)
     expected = x.permute(perm).contiguous()

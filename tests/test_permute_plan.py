@@ -1,4 +1,4 @@
-"""The permute planner (bwbench/permute_plan.py) on the CPU: hand-worked examples, and brute-force
+"""The permute planner (bwbench/cuda/permute/plan.py) on the CPU: hand-worked examples, and brute-force
 NumPy checks that the simplified permutation, and the index arithmetic each kernel is planned to do,
 put every element where x.permute(perm) puts it."""
 
@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from bwbench.permute_plan import (
+from bwbench.cuda.permute.plan import (
     INT32_LIMIT,
     BatchDim,
     GATHER_CONFIG,

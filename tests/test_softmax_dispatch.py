@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bwbench.cuda import softmax_dispatch as d
-from bwbench.cuda.softmax_dispatch import Thresholds, TierChoice, WarpShape
+from bwbench.cuda.softmax import dispatch as d
+from bwbench.cuda.softmax.dispatch import Thresholds, TierChoice, WarpShape
 
 HALF_PACK = 8  # 16 bytes of float16 / bfloat16
 FLOAT_PACK = 4
@@ -268,22 +268,16 @@ def test_default_thresholds_are_valid_and_measured_choices():
         assert (th.small_group_rows, th.full_warp_rows, th.block_rule) == (1, 1, "threads")
 
 
-def test_thresholds_file_overrides_the_defaults(tmp_path):
-    import json
-
+def test_threshold_overrides_apply_over_the_defaults():
     from bwbench.cuda import softmax as s
 
-    path = tmp_path / "th.json"
-    path.write_text(json.dumps({"forward": {"small_group_rows": 4, "block_rule": "oneflow"}}))
-    loaded = s.load_thresholds(str(path))
+    loaded = s.load_thresholds({"forward": {"small_group_rows": 4, "block_rule": "oneflow"}})
     assert loaded["forward"].small_group_rows == 4 and loaded["forward"].block_rule == "oneflow"
     assert loaded["backward"] == s.DEFAULT_THRESHOLDS["backward"]
-    path.write_text(json.dumps({"sideways": {}}))
     with pytest.raises(ValueError, match="unknown threshold groups"):
-        s.load_thresholds(str(path))
-    path.write_text(json.dumps({"forward": {"colour": 1}}))
+        s.load_thresholds({"sideways": {}})
     with pytest.raises(ValueError, match="colour"):
-        s.load_thresholds(str(path))
+        s.load_thresholds({"forward": {"colour": 1}})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -123,8 +123,8 @@ VARIANTS = {  # tier variant -> Thresholds fields
 
 
 def _overrides(op: str, tier: str) -> dict:
-    from bwbench.cuda.softmax import OPERATIONS, THRESHOLDS
-    from bwbench.cuda.softmax_dispatch import with_overrides
+    from bwbench.cuda.softmax import DEFAULT_THRESHOLDS as THRESHOLDS, OPERATIONS
+    from bwbench.cuda.softmax.dispatch import with_overrides
 
     if tier == "auto":
         return {}
@@ -136,7 +136,7 @@ def _overrides(op: str, tier: str) -> dict:
 
 
 def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
-    from bwbench.cuda import softmax_dispatch as d
+    from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.softmax import plan_launch, which_tier
 
     fn = _function(op)
@@ -235,13 +235,13 @@ def test_auto_dispatch_reaches_every_tier():
 def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
     """plan_launch's choice is choose_tier's on this GPU's occupancy numbers, at the sweep's cols."""
     from bwbench.cuda import softmax as s
-    from bwbench.cuda import softmax_dispatch as d
-    from bwbench.cuda.loader import allow_all_dynamic_shared_memory, cpp_type, load
+    from bwbench.cuda.softmax import dispatch as d
+    from bwbench.cuda.loader import allow_all_dynamic_shared_memory, cpp_type, load, max_active_blocks_per_sm
 
     direction, algorithm, key = s.OPERATIONS[op]
     ctype = cpp_type(dtype)
     itemsize = d.ITEMSIZE[ctype]
-    th = s.THRESHOLDS[key]
+    th = s.DEFAULT_THRESHOLDS[key]
     device = torch.cuda.current_device()
     for cols in [2**k for k in range(5, 17)] + [1000, 4097]:
         pack = d.pack_elements(itemsize, cols, True)
@@ -253,9 +253,10 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
         one_pass = th.one_pass and direction == "forward"
         smem_kernel = module.kernel(d.kernel_name(ctype, algorithm, direction,
                                                   d.TierChoice("smem", block=128, one_pass=one_pass, pack=pack)))
-        smem = d.cache_bytes(direction, cols, itemsize, pack, allow_all_dynamic_shared_memory(smem_kernel, device),
-                             th.partial_cache_share)
-        table = s._smem_occupancy(smem_kernel, smem, device)
+        limit = allow_all_dynamic_shared_memory(smem_kernel, device)
+        smem = d.cache_bytes(direction, cols, itemsize, pack, limit, th.partial_cache_share)
+        table = {size: (max_active_blocks_per_sm(smem_kernel, size, smem, device) if smem <= limit else 0)
+                 for size in d.BLOCK_SIZES}
         partial = smem < d.smem_bytes(direction, cols, itemsize)
         assert plan.choice.partial == (partial and plan.tier == "smem")
         assert replace(plan.choice, partial=False) == d.choose_tier(cols, pack, direction=direction,
@@ -270,7 +271,7 @@ def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, col
     """Rows whose y and dy exceed a block's shared memory: the shared-memory tier caches the
     first packs and reads the rest twice; every element still right, with poisoned outputs."""
     from bwbench.cuda import softmax as s
-    from bwbench.cuda import softmax_dispatch as d
+    from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.loader import cpp_type
 
     itemsize = d.ITEMSIZE[cpp_type(dtype)]
@@ -294,19 +295,17 @@ def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, col
     ("softmax_backward", "warp", 64), ("softmax_backward", "smem", 2048), ("log_softmax_backward", "uncached", 2048),
     ("online_softmax", "online_warp", 1000), ("online_softmax", "online_block", 2048),
 ])
-def test_grid_stride_over_more_rows_than_the_grid(monkeypatch, op, tier, cols):
+def test_grid_stride_over_more_rows_than_the_grid(op, tier, cols):
     from bwbench.cuda import softmax as s
 
-    monkeypatch.setattr(s, "GRID_WAVES", 1)
-    monkeypatch.setattr(s, "_PLANS", {})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = sms * 16 * 64 + 5  # more rows than one wave of any of these launches covers
     inputs = _inputs(op, rows, cols, torch.float16, seed=99)
-    plan = s.plan_launch(op, rows, cols, torch.float16, tier=tier)
+    plan = s.plan_launch(op, rows, cols, torch.float16, tier=tier, grid_waves=1)
     per_launch = plan.grid * (plan.block // plan.choice.warp.group * plan.choice.warp.rows_per_access
                               if plan.choice.warp else 1)
     assert per_launch < rows, "the grid covers every row at once: the loop is not exercised"
-    out = _function(op)(**inputs, tier=tier)
+    out = _function(op)(**inputs, tier=tier, grid_waves=1)
     _assert_close(out, _reference(op, inputs), op, torch.float16, f"{op} {tier} rows={rows}")
 
 
@@ -329,7 +328,7 @@ def test_beyond_int32_elements(op, rows, cols, tier):
                   "dy": torch.randn(rows, cols, generator=gen, device="cuda", dtype=torch.float16)}
     else:
         inputs = {"x": torch.randn(rows, cols, generator=gen, device="cuda", dtype=torch.float16)}
-    out = _function(op)(**inputs, tier=tier)
+    out = _function(op)(**inputs, tier=tier, grid_waves=1)
     for start in (0, rows // 2, rows - 5):  # the last rows lie past element 2^31
         part = {k: v[start:start + 5] for k, v in inputs.items()}
         _assert_close(out[start:start + 5], _reference(op, part), op, torch.float16, f"{op} rows {start}..")

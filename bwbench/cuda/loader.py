@@ -22,7 +22,9 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shlex
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,8 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bwbench.cuda.errors import CupyUnavailable, KernelCompileError
+from bwbench.cuda.launch_spec import MAX_GRID, Launch, grid_blocks
 from bwbench.paths import kernels_dir
-from bwbench.suite import Skip
 
 __all__ = [
     "CompiledModule",
@@ -50,6 +53,7 @@ __all__ = [
     "launch",
     "launch_grid_stride",
     "load",
+    "run",
     "max_active_blocks_per_sm",
     "allow_all_dynamic_shared_memory",
     "max_shared_memory_per_block",
@@ -68,9 +72,9 @@ BASE_OPTIONS = ("-std=c++17",)
 
 EXTRA_OPTIONS_ENV = "BWBENCH_NVRTC_OPTIONS"
 """Extra NVRTC options for every kernel, after the source's own: e.g. `-lineinfo` for Nsight
-Compute's source view, or `-DNAME=VALUE` to build a variant a kernel guards with `#if NAME` for an
-experiment. A run records them in its environment (`kernel_options`), since they change what was
-measured."""
+Compute's source view. The kernels have no build switches of their own; these options are the one
+build input besides the sources, so a run records them (`bwbench.cuda.build_options()`, the
+environment's `kernel_options`), since they can change what was measured."""
 
 # torch dtype -> the C++ storage type the kernels are instantiated for (kernels/common.cuh).
 _CPP_TYPES: dict[torch.dtype, str] = {
@@ -78,18 +82,6 @@ _CPP_TYPES: dict[torch.dtype, str] = {
     torch.bfloat16: "bf16_t",
     torch.float32: "float",
 }
-
-
-class CupyUnavailable(Skip):
-    """CuPy cannot be imported: kernel implementations are skipped with this reason, not failed."""
-
-
-class KernelCompileError(RuntimeError):
-    """A kernel source could not be compiled (or loaded); `log` holds the compiler's output."""
-
-    def __init__(self, message: str, log: str = "") -> None:
-        self.log = log
-        super().__init__(f"{message}\n{log.rstrip()}" if log.strip() else message)
 
 
 def cpp_type(dtype: torch.dtype) -> str:
@@ -295,12 +287,16 @@ _FAST: dict[tuple[KernelSource, str, tuple[str, ...]], CompiledModule] = {}  # b
 _COMPILE_LOCK = threading.Lock()
 
 
+_PARSED_OPTIONS: dict[str, tuple[str, ...]] = {}
+
+
 def extra_options() -> tuple[str, ...]:
     """The options of $BWBENCH_NVRTC_OPTIONS (shell-style words), or () when unset."""
-    import os
-    import shlex
-
-    return tuple(shlex.split(os.environ.get(EXTRA_OPTIONS_ENV, "")))
+    raw = os.environ.get(EXTRA_OPTIONS_ENV, "")
+    parsed = _PARSED_OPTIONS.get(raw)
+    if parsed is None:
+        parsed = _PARSED_OPTIONS[raw] = tuple(shlex.split(raw))
+    return parsed
 
 
 def code_for(source: KernelSource, folder: Path | str | None = None) -> tuple[str, str]:
@@ -516,6 +512,54 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
                 kernel.raw(grid_dims, block_dims, tuple(packed), shared_mem=int(shared_mem))
 
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+"""torch's own cheap accessor of the current stream's handle (what Inductor's launchers use), where
+this build has it; torch.cuda.current_stream() builds a Stream object on every call."""
+
+
+def current_stream_ptr(device: int) -> int:
+    """PyTorch's current CUDA stream on `device`, as a raw handle."""
+    if _RAW_STREAM is not None:
+        return int(_RAW_STREAM(device))
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def run(kernel: Kernel, spec: Launch, args: Sequence[Any], device: int) -> None:
+    """Enqueue a planned launch on PyTorch's current stream of `device`: the fast path of `launch`
+    for launchers that checked their tensors (CUDA, on `device`) and made `spec` once per shape.
+
+    `args` are the kernel's arguments in order: tensors (passed as their data pointers), None (a
+    null pointer) and numpy scalars of the kernel's parameter widths. A cooperative `spec` must
+    have been checked to fit the GPU when it was planned (`check_cooperative`).
+    """
+    cupy = _import_cupy()
+    packed = tuple(np.uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else _NULL if a is None else a
+                   for a in args)
+    stream_ptr = current_stream_ptr(device)
+    with cupy.cuda.Device(device):
+        if device not in kernel._prepared:
+            kernel._prepare(device)
+        with _cupy_stream(cupy, stream_ptr, device):
+            if spec.cooperative:
+                kernel.raw.kernel(spec.grid, spec.block, packed, shared_mem=spec.shared_mem,
+                                  enable_cooperative_groups=True)
+            else:
+                kernel.raw(spec.grid, spec.block, packed, shared_mem=spec.shared_mem)
+
+
+_NULL = np.uint64(0)
+
+
+def check_cooperative(kernel: Kernel, spec: Launch, device: int) -> None:
+    """A cooperative launch's blocks must all be resident at once: ValueError where they cannot be
+    (CuPy would shrink a 1-D grid with a warning; a larger grid would hang)."""
+    resident = max_active_blocks_per_sm(kernel, spec.threads, spec.shared_mem, device) * \
+        torch.cuda.get_device_properties(device).multi_processor_count
+    if spec.blocks > resident:
+        raise ValueError(f"cooperative launch of {kernel.name}: {spec.blocks} blocks, but only {resident} "
+                         "can be resident at once")
+
+
 # ----------------------------------------------------------------------------------------------
 # Occupancy, grid sizes and shared memory
 # ----------------------------------------------------------------------------------------------
@@ -539,10 +583,6 @@ def max_active_blocks_per_sm(kernel: Kernel, block_threads: int, dynamic_smem_by
     return blocks
 
 
-MAX_GRID = 2**31 - 1
-"""CUDA's largest grid.x."""
-
-
 def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem_bytes: int = 0,
               device: int | torch.device | None = None, waves: int | None = 1) -> int:
     """Blocks for a launch of a grid-stride kernel with `work_blocks` blocks' worth of work: at
@@ -557,8 +597,7 @@ def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem
             f"{kernel.name} cannot run {block_threads} threads per block with {dynamic_smem_bytes} bytes "
             "of dynamic shared memory on this device (occupancy 0)"
         )
-    cap = MAX_GRID if waves is None else sms * per_sm * int(waves)
-    return max(1, min(int(work_blocks), cap, MAX_GRID))
+    return grid_blocks(work_blocks, per_sm, sms, waves)
 
 
 def launch_grid_stride(kernel: Kernel, block_threads: int, work_blocks: int, args: Sequence[Any],

@@ -23,50 +23,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bwbench.cuda.loader import KernelSource, cpp_type, grid_size, load
-
-_TYPES = ("half_t", "bf16_t", "float")
-_FLAGS = ("true", "false")
-
-SOURCE = KernelSource(
-    "bitmask.cu",
-    name_expressions=(
-        *(f"relu_forward_bitmask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
-        *(f"bitmask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
-        *(f"bytemask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
-        *(f"dropout_forward_bitmask<{t}, {a}, {w}>" for t in _TYPES for a in _FLAGS for w in _FLAGS),
-        *(f"dropout_forward_bytemask<{t}, {a}, {w}>" for t in _TYPES for a in _FLAGS for w in _FLAGS),
-        *(f"relu_forward_bytemask_naive<{t}>" for t in _TYPES),
-        *(f"relu_backward_bytemask_naive<{t}>" for t in _TYPES),
-    ),
+from bwbench.cuda.bitmask.plan import (
+    BLOCK,
+    KERNELS,
+    MASK_LINE,
+    dropout_scale,
+    dropout_threshold,
+    dropout_waves,
+    packed_bytes,
+    wide_counter,
+    word_bytes,
 )
+from bwbench.cuda.launch_spec import MAX_GRID, Launch
+from bwbench.cuda.loader import Kernel, KernelSource, cpp_type, grid_size, load, run
 
-BLOCK = 256  # threads per block for every kernel here (a multiple of 32: the forward loops are per warp)
-
-MASK_LINE = 1024
-"""Elements of one 128-byte mask line; the aligned bitmask backward gives a warp a line per step
-(kernels/bitmask.cu, masked_backward_lines)."""
-
-NARROW_COUNTER_LIMIT = 1 << 33
-"""Dropout over fewer elements than this draws with the counter's second word fixed at 0 (every
-group index i / 4 fits 32 bits, with room for the lanes past the end of the last chunk), which
-saves multiplies (kernels/bitmask.cuh, dropout_keep_narrow). Larger tensors take the general
-draw; both give the same mask."""
+SOURCE = KernelSource("bitmask.cu", KERNELS)
 
 
 # ----------------------------------------------------------------------------------------------
 # Sizes and formats
 # ----------------------------------------------------------------------------------------------
-
-
-def packed_bytes(n: int) -> int:
-    """Bytes of a packed-bit mask of n elements as the functions here return it: ceil(n / 8)."""
-    return (n + 7) // 8
-
-
-def word_bytes(n: int) -> int:
-    """Bytes the optimized kernels write for n elements: whole 32-bit words, 4 * ceil(n / 32)."""
-    return 4 * ((n + 31) // 32)
 
 
 def pack_bits(keep: torch.Tensor) -> torch.Tensor:
@@ -95,22 +71,6 @@ def unpack_bits(mask: torch.Tensor, n: int) -> torch.Tensor:
     return bits.reshape(-1)[:n].bool()
 
 
-def dropout_threshold(p: float) -> int:
-    """The uint32 a Philox output must reach to keep an element: round(p * 2^32), for 0 <= p < 1.
-    Kept with probability (2^32 - threshold) / 2^32, which is 1 - p to within 2^-33."""
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    threshold = round(p * 2.0**32)
-    if threshold > 0xFFFFFFFF:
-        raise ValueError(f"dropout probability {p} is too close to 1 for a 32-bit threshold")
-    return threshold
-
-
-def dropout_scale(p: float) -> float:
-    """1 / (1 - p): kept values are scaled so that the expectation of y is x."""
-    return 1.0 / (1.0 - p)
-
-
 # ----------------------------------------------------------------------------------------------
 # Launch helpers
 # ----------------------------------------------------------------------------------------------
@@ -133,22 +93,29 @@ def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
     """Launch with one wave of grid-striding blocks, or (waves=None) a thread for every piece of
     work. On an H200 (2^28 halves, notes/bitmask.md) the ReLU forward ran at 98% of copy with a
     thread per chunk against 90% with one wave, and the aligned backward at 98% with a warp per mask
-    line against 94%. The dropout forward: see DROPOUT_CHUNK_GRID_MIN_BYTES."""
-    kernel = load(SOURCE).kernel(name)
-    blocks = grid_size(kernel, BLOCK, max(1, -(-work_threads // BLOCK)), waves=waves)
-    kernel(blocks, BLOCK, args)
+    line against 94%. The dropout forward: see plan.DROPOUT_CHUNK_GRID_MIN_BYTES. The kernel and
+    its occupancy are looked up once per device, the launch once per grid."""
+    device = args[0].device.index
+    found = _KERNELS.get((name, device))
+    if found is None:
+        kernel = load(SOURCE).kernel(name)
+        found = _KERNELS[(name, device)] = (kernel, grid_size(kernel, BLOCK, MAX_GRID, device=device, waves=1))
+    kernel, wave = found
+    work = max(1, -(-work_threads // BLOCK))
+    blocks = min(work, MAX_GRID) if waves is None else min(work, wave * waves)
+    spec = _SPECS.get((name, blocks))
+    if spec is None:
+        spec = _SPECS[(name, blocks)] = Launch(name, (blocks,), (BLOCK,))
+    run(kernel, spec, args, device)
 
 
-DROPOUT_CHUNK_GRID_MIN_BYTES = 64 << 20
-"""The dropout forward takes a thread per chunk for x of this size and more, one wave of
-grid-striding blocks below. On an H100 a thread per chunk ran it at 90-95% of copy from 2^26 halves
-against 87-90% with one wave (89-92% with two or four waves). Below, an interleaved A/B put one wave
-0.7-1.4 points ahead at 2^24 halves and the two within noise at 2^20-2^22. On an H200, before its
-draws got cheaper, one wave was 1-4% faster at 2^28."""
+_KERNELS: dict[tuple[str, int], tuple[Kernel, int]] = {}
+"""Kernel and blocks of one full wave, by (kernel name, device)."""
+_SPECS: dict[tuple[str, int], Launch] = {}
 
 
 def _dropout_waves(x: torch.Tensor) -> int | None:
-    return None if x.numel() * x.element_size() >= DROPOUT_CHUNK_GRID_MIN_BYTES else 1
+    return dropout_waves(x.numel() * x.element_size())
 
 
 def _vec(dtype: torch.dtype) -> int:
@@ -241,7 +208,7 @@ def relu_backward_bytemask(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 
 def _wide_counter(n: int) -> str:
     """'true' when the group index i / 4 may not fit the Philox counter's first word."""
-    return "true" if n >= NARROW_COUNTER_LIMIT else "false"
+    return "true" if wide_counter(n) else "false"
 
 
 def _dropout_args(p: float, seed: int, offset: int):

@@ -1,5 +1,5 @@
 """BatchNorm2d training forward fused with ReLU (and the residual Add+ReLU) keeping a 1-bit mask,
-and its backward, with this project's kernels (kernels/bn_relu.cu); float64 references.
+and its backward, with this project's kernels (kernels/bn_relu.cu); plan.py holds the pure grid rules.
 
     bn_relu_forward(x, gamma, beta, eps, z=None) -> (y, mask, mean, invstd)
     bn_relu_backward(dy, mask, x, mean, invstd, gamma, residual=False)
@@ -17,7 +17,7 @@ an elementwise pass. Where the shape allows (16-byte packs, and NCHW planes or N
 one cooperative launch whose blocks wait for each other between the phases (see `fused_grid`; NHWC
 only from ONE_LAUNCH_NHWC_MIN_BYTES); otherwise three kernels (reduction, per-channel finalize,
 elementwise pass). The one-launch forward keeps what shared memory holds of x between its passes
-(CACHE_X), so its second pass reads only the rest from global memory (forward_x_read_bytes). Statistics are
+(one_launch_plan), so its second pass reads only the rest from global memory (forward_x_read_bytes). Statistics are
 batch statistics, biased variance; running statistics are not updated (no implementation here
 updates them). Everything launches on PyTorch's current stream.
 """
@@ -30,60 +30,44 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bwbench.cuda.bitmask import pack_bits, packed_bytes
+from bwbench.cuda.bitmask.launch import pack_bits
+from bwbench.cuda.bitmask.plan import packed_bytes
+from bwbench.cuda.bn_relu.plan import (
+    _TYPES,
+    BLOCK,
+    CACHE_SLOT_BYTES,
+    KERNELS,
+    MAX_ELEMENTS,
+    MERGE_GROUP,
+    MERGE_ROUNDS_MIN_SLOTS,
+    READY_FLAGS,
+    READY_FLAGS_AT,
+    apply_blocks,
+    finalize_grid,
+    fused_grid,
+    fused_nhwc_scratch_bytes,
+    one_launch_by_default,
+    reduction_grid,
+    walk_from_end,
+    walk_step,
+)
+from bwbench.cuda.launch_spec import Launch
 from bwbench.cuda.loader import (
     KernelSource,
     allow_all_dynamic_shared_memory,
     cpp_type,
     device_index,
+    check_cooperative,
+    current_stream_ptr,
     load,
     max_active_blocks_per_sm,
+    run,
 )
 
-__all__ = [
-    "LAYOUTS",
-    "SOURCE",
-    "backward_reference",
-    "bn_relu_backward",
-    "bn_relu_forward",
-    "forward_reference",
-    "forward_x_read_bytes",
-    "fused_grid",
-    "ONE_LAUNCH_NHWC_MIN_BYTES",
-    "layout_of",
-    "memory_order",
-]
+__all__ = ["SOURCE", "bn_relu_backward", "bn_relu_forward", "forward_x_read_bytes", "keep_mask", "layout_of",
+           "memory_order", "one_launch_plan"]
 
-LAYOUTS = ("NCHW", "NHWC")
-BLOCK = 256  # bnr::kBlock
-MAX_ELEMENTS = 2**31 - 2**26
-"""The kernels index with 32-bit integers (a grid-stride step may go up to 2^26 past the end)."""
-
-_TYPES = {"half_t": 8, "float": 4}  # storage type -> elements per 16-byte pack
-_B = ("true", "false")
-
-
-def _reduction_names(ctype: str, v: int) -> list[str]:
-    out = []
-    for kernel in ("bn_stats_nchw", "bn_stats_nhwc", "bn_grad_nchw", "bn_grad_nhwc"):
-        out += [f"bnr::{kernel}<{ctype}, {v}, true>", f"bnr::{kernel}<{ctype}, 1, false>"]
-    return out
-
-
-SOURCE = KernelSource(
-    "bn_relu.cu",
-    name_expressions=(
-        *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
-        *(f"bnr::bn_stats_finalize<{t}, {w}>" for t in _TYPES for w in _B),
-        *(f"bnr::bn_grad_finalize<{w}>" for w in _B),
-        *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
-          for t in _TYPES for nhwc in _B for vec in _B for res in _B),
-        *(f"bnr::{k}_{layout}<{t}, {res}>" for k in ("bn_relu_fused", "bn_relu_backward_fused")
-          for layout in ("nchw", "nhwc") for t in _TYPES for res in _B),
-        *(f"bnr::bn_relu_fused_nhwc<{t}, {res}, true>" for t in _TYPES for res in _B),
-    ),
-)
-
+SOURCE = KernelSource("bn_relu.cu", KERNELS)
 
 # ----------------------------------------------------------------------------------------------
 # Layout helpers (also used by the suite and the tests)
@@ -110,43 +94,6 @@ def memory_order(t: torch.Tensor, layout: str | None = None) -> torch.Tensor:
 def make_like(shape, dtype, device, layout: str) -> torch.Tensor:
     fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
     return torch.empty(shape, dtype=dtype, device=device, memory_format=fmt)
-
-
-# ----------------------------------------------------------------------------------------------
-# float64 references
-# ----------------------------------------------------------------------------------------------
-
-
-def _per_channel(v: torch.Tensor) -> torch.Tensor:
-    return v.reshape(1, -1, 1, 1)
-
-
-def forward_reference(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float,
-                      z: torch.Tensor | None = None):
-    """float64 (y, pre, mean, invstd): pre = (x - mean) * invstd * gamma + beta [+ z], y = relu(pre);
-    batch mean and biased variance over (N, H, W). pre is what the mask is judged against."""
-    xd = x.double()
-    mean = xd.mean(dim=(0, 2, 3))
-    var = (xd - _per_channel(mean)).square().mean(dim=(0, 2, 3))
-    invstd = 1.0 / torch.sqrt(var + eps)
-    pre = (xd - _per_channel(mean)) * _per_channel(invstd * gamma.double()) + _per_channel(beta.double())
-    if z is not None:
-        pre = pre + z.double()
-    return pre.clamp_min(0.0), pre, mean, invstd
-
-
-def backward_reference(dy: torch.Tensor, keep: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
-                       invstd: torch.Tensor, gamma: torch.Tensor, residual: bool = False):
-    """float64 (dx, [dz,] dgamma, dbeta) with g = dy * keep (keep: bool, x's shape):
-    dgamma = sum(g * xhat), dbeta = sum(g), dx = gamma * invstd * (g - dbeta / M - xhat * dgamma / M),
-    M = N * H * W, using the given (saved) mean and invstd."""
-    g = torch.where(keep, dy.double(), torch.zeros((), dtype=torch.float64, device=dy.device))
-    m = x.numel() // x.shape[1]
-    xhat = (x.double() - _per_channel(mean.double())) * _per_channel(invstd.double())
-    dbeta = g.sum(dim=(0, 2, 3))
-    dgamma = (g * xhat).sum(dim=(0, 2, 3))
-    dx = _per_channel(gamma.double() * invstd.double()) * (g - _per_channel(dbeta / m) - xhat * _per_channel(dgamma / m))
-    return (dx, g, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,80 +130,21 @@ def _aligned(*tensors) -> bool:
     return all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
 
 
+_WAVES: dict[tuple[str, int], int] = {}
+
+
 def _wave(kernel, device: int) -> int:
-    """Blocks of BLOCK threads resident on the whole GPU at once."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, 0, device))
-
-
-def reduction_grid(layout: str, n: int, c: int, hw: int, pack: int, wave: int) -> tuple[tuple[int, int], int]:
-    """((grid x, grid y), threads across channel packs) of a per-channel reduction kernel.
-
-    NCHW: (C, S) blocks, S splits of each channel; NHWC: (tiles, S), a tile = up to 32 channel
-    packs of a row, S row splits. S fills one wave (never just over it: a second, almost empty
-    wave would double the time) and leaves each thread a few steps of work."""
-    if layout == "NCHW":
-        per_channel = n * hw
-        splits = max(1, min(wave // c, -(-per_channel // (BLOCK * pack * 4))))
-        return (c, splits), 1
-    packs = c // pack
-    tx = min(32, 1 << max(0, (packs - 1).bit_length()))
-    tiles = -(-packs // tx)
-    rows = n * hw
-    splits = max(1, min(wave // tiles, -(-rows // (BLOCK // tx * 4))))
-    return (tiles, splits), tx
-
-
-FROM_END_MIN_BYTES = 16 << 20
-"""The separate elementwise passes walk from the tensor's end (to read first what the reduction left
-in L2) for x of this size and more. On an H100 that made the 51 MB float16 NHWC passes 3-7 points of
-copy faster, and the 6.4 MB (32, 2048, 7, 7) ones, which L2 holds whole, 1-4 points slower."""
-
-
-def walk_from_end(x: torch.Tensor) -> bool:
-    return x.numel() * x.element_size() >= FROM_END_MIN_BYTES
-
-
-def apply_blocks(layout: str, numel: int, c: int, pack: int, vec: bool, wave: int) -> int:
-    """Blocks of the elementwise pass: one wave at most; for NHWC, a multiple of the blocks after
-    which a thread's channels repeat (its grid stride a multiple of C), so each thread loads its
-    channels' constants once."""
-    blocks = max(1, min(wave, -(-numel // (BLOCK * pack))))
-    if layout == "NHWC" and vec and blocks * BLOCK * pack < numel:
-        unit = c // math.gcd(c, BLOCK * pack)
-        blocks = max(unit, blocks // unit * unit)
-    return blocks
-
-
-def fused_grid(layout: str, n: int, c: int, hw: int, pack: int, vec: bool, wave: int):
-    """((grid x, grid y), threads across channel packs) of the one-launch path, or None where it
-    does not apply: it needs 16-byte packs, mask words that one block owns whole (NCHW: H*W % 32
-    == 0; NHWC: C % 32 == 0), and the reduction's grid no larger than `wave` (resident at once)."""
-    if not vec or (hw % 32 if layout == "NCHW" else c % 32):
-        return None
-    (gx, gy), tx = reduction_grid(layout, n, c, hw, pack, wave)
-    return ((gx, gy), tx) if gx * gy <= wave else None
-
-
-ONE_LAUNCH_NHWC_MIN_BYTES = 16 << 20
-"""`fused=None` takes the one-launch path wherever it applies for NCHW, and for NHWC from this size
-of x. H100, cold, one launch against three kernels (scripts/bn_relu_paths.py), float16 (32, 64, 112,
-112) and (32, 256, 56, 56): NCHW forward 48-50 vs 63 us (bn_add_relu 62-64 vs 80), NCHW backward
-84 vs 98 us; NHWC forward 52.5-58 vs 65-69 us (bn_add_relu 69-72 vs 82-86), NHWC backward 93-94 vs
-98-103 us (bn_add_relu 114 vs 123-127). At (32, 2048, 7, 7), 6.4 MB float16 and 12.8 MB float32,
-the NHWC one launch was 0-10% slower in both directions, so small NHWC tensors keep three kernels."""
-
-
-def one_launch_by_default(layout: str, x_bytes: int) -> bool:
-    return layout == "NCHW" or x_bytes >= ONE_LAUNCH_NHWC_MIN_BYTES
+    """Blocks of BLOCK threads of `kernel` resident on the whole GPU at once (asked once)."""
+    key = (kernel.name, device)
+    wave = _WAVES.get(key)
+    if wave is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        wave = _WAVES[key] = sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, 0, device))
+    return wave
 
 
 _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
 _RETIRED_BARRIERS: list[torch.Tensor] = []  # outgrown buffers, kept: a captured CUDA graph may still use one
-BARRIER_WORDS = 97  # bnr::grid_sync: arrival counts at words 0, 32 and 64, the generation at word 96
-READY_FLAGS_AT = 128  # bnr::kReadyFlags: the NHWC forward's ready flag of each group of MERGE_GROUP channels
-MERGE_GROUP = 8  # bnr::kMergeGroup
-READY_FLAGS = 1024  # flags a buffer holds at first (8192 channels)
 
 
 def _barrier(device: torch.device, channels: int = 0) -> torch.Tensor:
@@ -265,7 +153,7 @@ def _barrier(device: torch.device, channels: int = 0) -> torch.Tensor:
     the barrier token of the launch that set it, which no other recent launch's token equals), one
     buffer per stream so that launches on different streams never share one."""
     index = device_index(device)
-    key = (index, torch.cuda.current_stream(index).cuda_stream)
+    key = (index, current_stream_ptr(index))
     words = READY_FLAGS_AT + max(READY_FLAGS, -(-int(channels) // MERGE_GROUP))
     bar = _BARRIERS.get(key)
     if bar is None or bar.numel() < words:
@@ -273,40 +161,6 @@ def _barrier(device: torch.device, channels: int = 0) -> torch.Tensor:
             _RETIRED_BARRIERS.append(bar)
         bar = _BARRIERS[key] = torch.zeros(words, dtype=torch.int32, device=device)
     return bar
-
-
-def walk_step(layout: str, pack: int, grid: tuple[int, int], tx: int) -> int:
-    """Elements of a channel between one thread's consecutive packs in the one-launch walk: a
-    thread's k-th pack is element first + k * step of its channel, first < step."""
-    _, gy = grid
-    return gy * BLOCK * pack if layout == "NCHW" else gy * (BLOCK // tx)
-
-
-CACHE_SLOT_BYTES = BLOCK * 16
-"""Shared memory of one x-cache slot of a block: a 16-byte pack for each of its threads."""
-
-CACHE_X = True
-"""The one-launch forward keeps what shared memory holds of x between its phases (bnr::XCache):
-the first packs of each thread's walk, as many as fit without losing a block an SM; its second
-pass takes them from there instead of reading x again. False: no cache (for A/B runs)."""
-
-
-MERGE_ROUND = 2
-"""bnr::kMergeRound: channels of a pack the fused NHWC forward's block merge takes a round, where
-the plan asks for rounds."""
-
-MERGE_ROUNDS_MIN_SLOTS = 2
-"""The fused NHWC forward merges in rounds only where that frees at least this many x-cache slots:
-on an H100 rounds took 3.1 us off float16 32x256x56x56 (11 -> 16 slots) and added 0.9 us at
-32x64x112x112 (16 -> 17)."""
-
-
-def fused_nhwc_scratch_bytes(pack: int, tx: int, merge_rounds: bool = False) -> int:
-    """Dynamic shared memory after the x cache of bnr::bn_relu_fused_nhwc: its block merge of
-    `pack` channels (all at once, or MERGE_ROUND a round) over 8 warps of `tx` lanes (3 floats
-    each), reused for phase C's coefficients (12 bytes for each of the tile's tx * pack channels)."""
-    merged = min(MERGE_ROUND, pack) if merge_rounds else pack
-    return max(3 * merged * (BLOCK // 32) * tx * 4, 12 * pack * tx)
 
 
 def merge_rounds_kernel(kernel):
@@ -318,7 +172,7 @@ def cache_slots(kernel, device: int, wanted: int, extra: int = 0) -> int:
     """Cache slots (at most `wanted`) a block of `kernel` can have, next to `extra` bytes of other
     dynamic shared memory, without fewer blocks an SM than it gets with no dynamic shared memory
     (the grid was sized for those: see _wave)."""
-    if not CACHE_X or wanted <= 0:
+    if wanted <= 0:
         return 0
     limit = allow_all_dynamic_shared_memory(kernel, device)
     resident = max_active_blocks_per_sm(kernel, BLOCK, 0, device)
@@ -338,6 +192,7 @@ class OneLaunchPlan:
     step: int  # walk_step
     scratch: int = 0  # dynamic shared memory after the cache (fused_nhwc_scratch_bytes)
     merge_rounds: bool = False  # the NHWC forward's block merge in rounds (MERGE_ROUNDS_MIN_SLOTS)
+    launch: Launch | None = None  # the cooperative launch that runs it (kernel, grid, shared memory)
 
     @property
     def shared_mem(self) -> int:
@@ -359,7 +214,7 @@ def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: boo
     if fused is False:
         return None
     n, c, h, w = shape
-    key = (kernel.name, device, layout, n, c, h * w, pack, vec, cache_x and CACHE_X)
+    key = (kernel.name, device, layout, n, c, h * w, pack, vec, cache_x)
     if key not in PLANS:
         grid = fused_grid(layout, n, c, h * w, pack, vec, _wave(kernel, device))
         plan = None
@@ -380,7 +235,10 @@ def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: boo
                     scratch, slots, rounds = fewer, more, True
             elif cache_x:
                 slots = cache_slots(kernel, device, wanted)
-            plan = OneLaunchPlan((gx, gy), tx, slots, step, scratch, rounds)
+            runs = merge_rounds_kernel(kernel).name if rounds else kernel.name
+            spec = Launch(runs, (gx, gy), (BLOCK,), slots * CACHE_SLOT_BYTES + scratch, cooperative=True,
+                          tier="one-launch")
+            plan = OneLaunchPlan((gx, gy), tx, slots, step, scratch, rounds, spec)
         PLANS[key] = plan
     plan = PLANS[key]
     if plan is None and fused:
@@ -409,9 +267,16 @@ def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec:
         trailing = (*trailing, np.int32(plan.slots))
     if plan.merge_rounds:
         kernel = merge_rounds_kernel(kernel)
-    kernel(plan.grid, BLOCK, (*leading, ws, _barrier(x.device, c), *sizes, *trailing),
-           shared_mem=plan.shared_mem, cooperative=True)
+    device = x.device.index
+    if (plan.launch, device) not in _CHECKED:
+        check_cooperative(kernel, plan.launch, device)
+        _CHECKED.add((plan.launch, device))
+    run(kernel, plan.launch, (*leading, ws, _barrier(x.device, c), *sizes, *trailing), device)
     return True
+
+
+_CHECKED: set[tuple[Launch, int]] = set()
+"""Cooperative launches found to fit the GPU (checked once per device)."""
 
 
 def forward_x_read_bytes(shape, dtype: torch.dtype, layout: str, residual: bool = False,
@@ -441,20 +306,6 @@ def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
     return ctype, pack, fits and _aligned(x, *others)
 
 
-FEW_PARTIALS = 128
-"""Up to this many partials per channel the finalize gives each channel a warp (at most 4 loads a
-lane) instead of a block: at (32, 2048, 7, 7) NCHW, S = 1, the block per channel made the forward
-11-12% slower on an H200 than the warp per channel it had replaced."""
-
-
-def finalize_grid(channels: int, partials: int) -> tuple[bool, int]:
-    """(a warp per channel?, blocks) of the finalize kernel for `partials` partials per channel."""
-    if partials <= FEW_PARTIALS:
-        per_block = BLOCK // 32
-        return True, -(-channels // per_block)
-    return False, channels
-
-
 def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x: torch.Tensor, leading: tuple,
             ws_arrays: int) -> tuple[torch.Tensor, int]:
     """Launch a per-channel reduction kernel; returns its workspace and S."""
@@ -469,8 +320,13 @@ def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x:
         tail = (np.int32(c), np.int32(hw), np.int32(n * hw))
     else:
         tail = (np.int32(n * hw), np.int32(c), np.int32(tx))
-    kernel((gx, gy), BLOCK, (*leading, ws, *tail))
+    _enqueue(module, name, (gx, gy), (*leading, ws, *tail), x.device.index)
     return ws, gy
+
+
+def _enqueue(module, name: str, grid, args: tuple, device: int) -> None:
+    """One launch of BLOCK threads of kernel `name` (no dynamic shared memory)."""
+    run(module.kernel(name), Launch(name, grid, (BLOCK,)), args, device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,6 +358,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     invstd = torch.empty(c, dtype=torch.float32, device=x.device)
     mask = words.view(torch.uint8)[:packed_bytes(numel)]
     module = load(SOURCE)
+    device = x.device.index
     ctype, pack, vec = _plan(x, layout, z, y)
     b = lambda v: "true" if v else "false"  # noqa: E731
     if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
@@ -509,13 +366,14 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
         return y, mask, mean, invstd
     ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
     warps, grid = finalize_grid(c, splits)
-    module.kernel(f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>")(
-        grid, BLOCK, (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean,
-                      invstd, np.int32(c)))
+    _enqueue(module, f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>", grid,
+             (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean, invstd,
+              np.int32(c)), device)
     apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
-    apply(blocks, BLOCK, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c), np.int32(h * w),
-                          np.int32(walk_from_end(x))))
+    _enqueue(module, apply.name, blocks, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c),
+                                         np.int32(h * w), np.int32(walk_from_end(x.numel() * x.element_size()))),
+             device)
     return y, mask, mean, invstd
 
 
@@ -542,6 +400,7 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     dgamma = torch.empty(c, dtype=torch.float32, device=x.device)
     dbeta = torch.empty(c, dtype=torch.float32, device=x.device)
     module = load(SOURCE)
+    device = x.device.index
     ctype, pack, vec = _plan(x, layout, dy, dx, dz)
     mask_bytes = np.int32(mask.numel())
     b = lambda v: "true" if v else "false"  # noqa: E731
@@ -551,12 +410,13 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
         return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
     ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
     warps, grid = finalize_grid(c, splits)
-    module.kernel(f"bnr::bn_grad_finalize<{b(warps)}>")(grid, BLOCK,
-                                                        (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)))
+    _enqueue(module, f"bnr::bn_grad_finalize<{b(warps)}>", grid,
+             (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)), device)
     apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
     blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
-    apply(blocks, BLOCK, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz, np.int32(numel),
-                          np.int32(c), np.int32(h * w), inv_m, np.int32(walk_from_end(x))))
+    _enqueue(module, apply.name, blocks, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz,
+                                         np.int32(numel), np.int32(c), np.int32(h * w), inv_m,
+                                         np.int32(walk_from_end(x.numel() * x.element_size()))), device)
     return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
 
 

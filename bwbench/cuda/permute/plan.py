@@ -1,6 +1,6 @@
-"""Host-side planning of `x.permute(perm).contiguous()`: what the CUDA kernels are told to do.
+"""What `x.permute(perm).contiguous()` launches (kernels/permute.cu): pure, testable without a GPU.
 
-Pure Python (no torch, no GPU) so every decision is testable on any machine. The steps follow
+No torch, no GPU so every decision is testable on any machine. The steps follow
 OneFlow's permute article:
 
 1. `simplify`: drop size-1 dimensions and merge dimensions that stay adjacent and in order, so
@@ -24,141 +24,34 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
+from bwbench.cuda.errors import PermuteError
+from bwbench.cuda.launch_spec import Launch
+from bwbench.cuda.permute.simplify import (  # the plan's steps 1-3, re-exported
+    INT32_LIMIT,
+    MOVEMENT_SIZES,
+    Simplified,
+    check_permutation,
+    contiguous_strides,
+    divider32,
+    fast_divide32,
+    index_type,
+    movement_size,
+    simplify,
+)
+
+__all__ = ["INT32_LIMIT", "MAX_DIMS", "MOVEMENT_SIZES", "BatchDim", "GatherConfig", "GatherPlan", "PermuteError",
+           "PermutePlan", "Simplified", "TileConfig", "TilePlan", "check_permutation", "choose_tile",
+           "compiled_tile_configs", "contiguous_strides", "divider32", "fast_divide32", "gather_launch", "index_type",
+           "launch_of", "movement_size", "plan_permute", "simplify", "tiled_launch"]
+
 MAX_DIMS = 8
 """Dimensions (after simplification) the kernels take; more is refused with a clear error."""
 
 MAX_BATCH_DIMS = MAX_DIMS - 2
 """Dimensions of a TilePlan besides the two the tile spans."""
 
-MOVEMENT_SIZES = (16, 8, 4, 2, 1)
-"""Bytes one thread moves per access when the last dimension moves whole, widest first."""
-
-INT32_LIMIT = 2**31 - 2**16
-"""Element (unit) counts below this use 32-bit indexing. The slack keeps a block's first index
-plus its unrolled span below 2^31 too."""
-
-
-class PermuteError(ValueError):
-    """The shape and permutation do not describe a permute the kernels can run."""
-
-
-# ----------------------------------------------------------------------------------------------
-# 1. Dimension simplification
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Simplified:
-    """An equivalent permute of a contiguous tensor: `x.reshape(shape).permute(perm)` holds the same
-    elements in the same output order as the original. At least one dimension."""
-
-    shape: tuple[int, ...]
-    perm: tuple[int, ...]
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape[p] for p in self.perm)
-
-    @property
-    def last_dim_moves(self) -> bool:
-        """True when the input's last dimension is not the output's last (a transpose is needed)."""
-        return self.perm[-1] != self.ndim - 1
-
-    @property
-    def is_copy(self) -> bool:
-        return self.ndim == 1
-
-
-def check_permutation(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Validate and normalise: non-negative sizes, perm a permutation of range(len(shape))
-    (negative entries count from the end, as in torch)."""
-    shape = tuple(int(s) for s in shape)
-    n = len(shape)
-    if any(s < 0 for s in shape):
-        raise PermuteError(f"negative size in shape {shape}")
-    perm = tuple(int(p) + n if int(p) < 0 else int(p) for p in perm)
-    if len(perm) != n or sorted(perm) != list(range(n)):
-        raise PermuteError(f"perm {tuple(perm)} is not a permutation of the {n} dimensions of shape {shape}")
-    return shape, perm
-
-
-def simplify(shape: Sequence[int], perm: Sequence[int]) -> Simplified:
-    """Drop size-1 dimensions, then merge runs of input dimensions that appear consecutively and in
-    order in the output. Examples: (3,4,5,6),(2,3,0,1) -> (12,30),(1,0); (5,1,7),(1,0,2) -> (35,),(0,)."""
-    shape, perm = check_permutation(shape, perm)
-    keep = [d for d in range(len(shape)) if shape[d] != 1]
-    if not keep:
-        return Simplified((1,), (0,))
-    rank = {d: i for i, d in enumerate(keep)}
-    sizes = [shape[d] for d in keep]
-    order = [rank[d] for d in perm if d in rank]
-
-    # Runs of input dims that follow each other in the output: each run is one merged dim.
-    runs: list[list[int]] = []
-    for d in order:
-        if runs and runs[-1][-1] + 1 == d:
-            runs[-1].append(d)
-        else:
-            runs.append([d])
-    by_input = sorted(range(len(runs)), key=lambda r: runs[r][0])
-    merged_shape = tuple(math.prod(sizes[d] for d in runs[r]) for r in by_input)
-    new_rank = {r: i for i, r in enumerate(by_input)}
-    return Simplified(merged_shape, tuple(new_rank[r] for r in range(len(runs))))
-
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
-
-
-# ----------------------------------------------------------------------------------------------
-# 2. Movement size and 3. index type
-# ----------------------------------------------------------------------------------------------
-
-
-def movement_size(last_dim_bytes: int, itemsize: int, addresses: Sequence[int] = ()) -> int:
-    """The widest access (16, 8, 4, 2 or 1 bytes, never below the element size) that divides the
-    byte size of the dimension that moves whole and the alignment of every address."""
-    for size in MOVEMENT_SIZES:
-        if size < itemsize:
-            break
-        if last_dim_bytes % size == 0 and all(int(a) % size == 0 for a in addresses):
-            return size
-    return itemsize
-
-
-def index_type(count: int) -> str:
-    """"int32" when `count` elements (or units) can be indexed with 32-bit integers, else "int64"."""
-    return "int32" if count < INT32_LIMIT else "int64"
-
-
-def divider32(d: int) -> int:
-    """A divisor packed for the kernels' 32-bit fast division: (magic << 32) | d.
-
-    For 1 <= d < 2^31, s = ceil(log2 d) and magic = floor(2^32 (2^s - d) / d) + 1, the quotient of
-    any 0 <= n < 2^31 is (umulhi(n, magic) + n) >> s (the device recomputes s from d). This is the
-    round-up multiply-shift method (as in PyTorch's IntDivider): one multiply-high, an add and a
-    shift instead of a ~20-instruction integer division."""
-    if not 1 <= d < 2**31:
-        raise PermuteError(f"fast division needs 1 <= d < 2^31, got {d}")
-    s = (d - 1).bit_length()
-    magic = ((1 << 32) * ((1 << s) - d)) // d + 1
-    assert magic < 1 << 32
-    return (magic << 32) | d
-
-
-def fast_divide32(n: int, packed: int) -> int:
-    """What the device computes with a `divider32` value (a model for tests)."""
-    d, magic = packed & 0xFFFFFFFF, packed >> 32
-    s = (d - 1).bit_length()
-    return (((n * magic) >> 32) + n) >> s
 
 
 # ----------------------------------------------------------------------------------------------
@@ -309,11 +202,10 @@ plain tile; float16 33x1000x1001 by (0,2,1) 87% against 88-89%: there the 16 row
 twice and the fifth sector of every unaligned 128-byte row (L2 read sectors +23%) cost what the
 whole-sector writes save, so odd-width float16 keeps permute_tiled."""
 
-USE_SHIFTED_READS = False
-"""Measured on an H200, shifted 8-byte reads of odd-width float16 rows were slower than reading
-single elements (33x1000x1001 by (0,2,1): 75% against 78% of copy; 1000x1001 by (1,0): 86% against
-94%), so the planner does not choose them. They stay compiled and tested, and can be forced with a
-TileConfig(..., shifted=True) or choose_tile(..., shifted_reads=True)."""
+# Shifted reads (choose_tile's shifted_reads, off by default): measured on an H200, shifted 8-byte
+# reads of odd-width float16 rows were slower than reading single elements (33x1000x1001 by (0,2,1):
+# 75% against 78% of copy; 1000x1001 by (1,0): 86% against 94%). They stay compiled and tested, and
+# can be forced with a TileConfig(..., shifted=True) or choose_tile(..., shifted_reads=True).
 
 WRITE_ALIGN: dict[int, int] = {1: 32, 2: 32, 4: 32, 8: 32}
 """The piece output rows are written in where their starts are not aligned to it (a 32-byte DRAM
@@ -322,10 +214,6 @@ copy with the plain tile, 97% with whole sectors; float16 33x1001x1024 79% -> 10
 33x1001x1001 74% -> 97%. DRAM bytes stay the same (Nsight Compute): the partial sectors cost L2 write
 requests and DRAM efficiency, not traffic. Pieces of 64 and 128 bytes (more rows read twice) measured
 1-3 points below 32 (notes/permute.md)."""
-
-USE_ALIGNED_WRITES = True
-"""Whether the planner picks permute_tiled_aligned for output rows that do not start on a
-WRITE_ALIGN boundary (and span more than one tile)."""
 
 TILE_SIDES: dict[int, tuple[int, ...]] = {1: (128,), 2: (64, 32), 4: (64, 32), 8: (32,)}
 """Tile sides by element size, the large first: rows of 128 or 256 bytes. The second, where there is
@@ -380,8 +268,8 @@ def tile_vec(itemsize: int, side: int, address: int = 0) -> int:
 
 
 def choose_tile(itemsize: int, rows: int, cols: int, batch: Sequence[BatchDim], src_address: int = 0,
-                dst_address: int = 0, shifted_reads: bool = USE_SHIFTED_READS, dst_row_stride: int | None = None,
-                aligned_writes: bool = USE_ALIGNED_WRITES) -> TileConfig:
+                dst_address: int = 0, shifted_reads: bool = False, dst_row_stride: int | None = None,
+                aligned_writes: bool = True) -> TileConfig:
     """Reads as wide as the columns and the source allow (with `shifted_reads`, shifted 8-byte reads
     where aligned ones would be narrower than 4 bytes), writes as wide as the rows and the
     destination allow, the large tile unless the problem is small. With `aligned_writes`, output
@@ -471,3 +359,79 @@ def _tile_plan(simple: Simplified, itemsize: int, addresses: Sequence[int], tile
     if plan.blocks >= 2**31:
         raise PermuteError(f"{plan.blocks} tiles do not fit one grid")
     return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Kernels and launches (the scalar arguments packed once per plan)
+# ----------------------------------------------------------------------------------------------
+
+INDEX_CPP = {"int32": "int", "int64": "long long"}
+_INDEX_NP = {"int32": np.int32, "int64": np.int64}
+NAIVE_THREADS = 256
+GATHER_BYTES = (1, 2, 4, 8, 16)
+
+TUNING_GATHER_CONFIGS: tuple[GatherConfig, ...] = (GatherConfig(256, 2), GatherConfig(128, 2), GatherConfig(512, 1))
+"""Gather configurations compiled (16-byte units, 32-bit index) besides the one in use, so they can
+be compared on a GPU (`permute(..., config=...)`)."""
+
+
+def gather_kernel_name(unit_bytes: int, index: str, config: GatherConfig = GATHER_CONFIG) -> str:
+    return f"permute_gather<{unit_bytes}, {INDEX_CPP[index]}, {config.threads}, {config.unroll}>"
+
+
+def tiled_kernel_name(config: TileConfig, index: str) -> str:
+    common = f"{config.itemsize}, {config.vec_read}, {config.vec_write}, {config.tile}, {config.threads}, {INDEX_CPP[index]}"
+    if config.write_align:
+        return f"permute_tiled_aligned<{common}, {config.write_align}, {'true' if config.shifted else 'false'}>"
+    return f"permute_tiled<{common}, {'true' if config.shifted else 'false'}>"
+
+
+def naive_kernel_name(itemsize: int) -> str:
+    return f"permute_naive<{itemsize}>"
+
+
+OPTIMIZED_KERNELS = (
+    *(gather_kernel_name(b, i) for b in GATHER_BYTES for i in INDEX_CPP),
+    *(gather_kernel_name(16, "int32", c) for c in TUNING_GATHER_CONFIGS if c != GATHER_CONFIG),
+    *(tiled_kernel_name(c, i) for c in compiled_tile_configs() for i in INDEX_CPP),
+)
+"""Every optimized kernel the plans can name."""
+
+NAIVE_KERNELS = tuple(naive_kernel_name(b) for b in (1, 2, 4, 8))
+
+
+def slots(values: Sequence[int], count: int, kind) -> list:
+    """`values` as numpy scalars of `kind`, padded with zeros to the kernel's fixed `count`."""
+    return [kind(v) for v in values] + [kind(0)] * (count - len(values))
+
+
+def gather_launch(plan: GatherPlan) -> Launch:
+    index = _INDEX_NP[plan.index]
+    if plan.index == "int32":
+        divs = [divider32(s) for s in plan.out_sizes]
+    else:
+        divs = list(plan.out_sizes)
+    args = (index(plan.count), np.int32(len(plan.out_sizes)), *slots(divs, MAX_DIMS, np.uint64),
+            *slots(plan.src_strides, MAX_DIMS, np.int64))
+    return Launch(gather_kernel_name(plan.unit_bytes, plan.index, plan.config), (plan.blocks,),
+                  (plan.config.threads,), args=args, tier="gather")
+
+
+def tiled_launch(plan: TilePlan) -> Launch:
+    index = _INDEX_NP[plan.index]
+    tiles_c, tiles_r, _ = plan.tiles
+    batch = plan.batch
+    args = (index(plan.rows), index(plan.cols), index(plan.src_row_stride), index(plan.dst_row_stride),
+            np.uint64(divider32(tiles_c)), np.uint64(divider32(tiles_r)), np.int32(len(batch)),
+            *slots([divider32(b.size) for b in batch], MAX_BATCH_DIMS, np.uint64),
+            *slots([b.src_stride for b in batch], MAX_BATCH_DIMS, np.int64),
+            *slots([b.dst_stride for b in batch], MAX_BATCH_DIMS, np.int64))
+    return Launch(tiled_kernel_name(plan.config, plan.index), (plan.blocks,), (plan.config.threads,), args=args,
+                  tier="tiled")
+
+
+def launch_of(plan: PermutePlan) -> Launch | None:
+    """The one launch of a plan (None when there is nothing to move)."""
+    if plan.kernel is None:
+        return None
+    return gather_launch(plan.kernel) if isinstance(plan.kernel, GatherPlan) else tiled_launch(plan.kernel)

@@ -19,22 +19,10 @@ from typing import Any
 
 import torch
 
+from bwbench.cuda.errors import CudnnError, CudnnUnavailable
 from bwbench.cuda.loader import device_index
-from bwbench.suite import Skip
 
 __all__ = ["CudnnBatchNormRelu", "CudnnError", "CudnnSoftmax", "CudnnUnavailable", "cudnn_version"]
-
-
-class CudnnUnavailable(Skip):
-    """cuDNN cannot run this here; the message says why (the runner records the case as skipped)."""
-
-
-class CudnnError(RuntimeError):
-    """A cuDNN call failed; carries the status and cudnnGetErrorString's text."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(message)
 
 
 # cudnnDataType_t

@@ -16,8 +16,8 @@ The article's dispatcher (OneFlow's softmax.cuh), as data in and a choice out:
 4. uncached tier: one block per row re-reading the row through L1/L2, for any cols, with about
    `uncached_packs_per_thread` packs per thread (`uncached_block_size`).
 
-The GPU side (bwbench/cuda/softmax.py) asks the occupancy query and passes the numbers in; the
-thresholds are measured (notes/softmax.md), not the article's RTX 3090 values. The kernels'
+plan.py turns a choice into a launch with the device's occupancy answers; the thresholds are
+measured (plan.DEFAULT_THRESHOLDS), not the article's RTX 3090 values. The kernels'
 template arguments are enumerated here too, so the set of instantiated kernels and the set the
 dispatcher can ask for are one list.
 """

@@ -1,0 +1,81 @@
+"""What the bitmask kernels (kernels/bitmask.cu) launch: pure, testable without a GPU.
+
+The kernel list, the block size, the mask sizes, dropout's keep threshold (the one place it is
+computed: bwbench/philox.py's reference uses it too) and the grid rules.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BLOCK", "KERNELS", "MASK_LINE", "NARROW_COUNTER_LIMIT", "dropout_scale", "dropout_threshold",
+           "packed_bytes", "word_bytes"]
+
+_TYPES = ("half_t", "bf16_t", "float")
+_FLAGS = ("true", "false")
+
+KERNELS = (
+    *(f"relu_forward_bitmask<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+    *(f"bitmask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+    *(f"bytemask_backward<{t}, {a}>" for t in _TYPES for a in _FLAGS),
+    *(f"dropout_forward_bitmask<{t}, {a}, {w}>" for t in _TYPES for a in _FLAGS for w in _FLAGS),
+    *(f"dropout_forward_bytemask<{t}, {a}, {w}>" for t in _TYPES for a in _FLAGS for w in _FLAGS),
+    *(f"relu_forward_bytemask_naive<{t}>" for t in _TYPES),
+    *(f"relu_backward_bytemask_naive<{t}>" for t in _TYPES),
+)
+"""Every kernel of kernels/bitmask.cu the launchers name."""
+
+BLOCK = 256  # threads per block for every kernel here (a multiple of 32: the forward loops are per warp)
+
+MASK_LINE = 1024
+"""Elements of one 128-byte mask line; the aligned bitmask backward gives a warp a line per step
+(kernels/bitmask.cu, masked_backward_lines)."""
+
+NARROW_COUNTER_LIMIT = 1 << 33
+"""Dropout over fewer elements than this draws with the counter's second word fixed at 0 (every
+group index i / 4 fits 32 bits, with room for the lanes past the end of the last chunk), which
+saves multiplies (kernels/bitmask.cuh, dropout_keep_narrow). Larger tensors take the general
+draw; both give the same mask."""
+
+
+def packed_bytes(n: int) -> int:
+    """Bytes of a packed-bit mask of n elements as the functions here return it: ceil(n / 8)."""
+    return (n + 7) // 8
+
+
+def word_bytes(n: int) -> int:
+    """Bytes the optimized kernels write for n elements: whole 32-bit words, 4 * ceil(n / 32)."""
+    return 4 * ((n + 31) // 32)
+
+
+def dropout_threshold(p: float) -> int:
+    """The uint32 a Philox output must reach to keep an element: round(p * 2^32), for 0 <= p < 1.
+    Kept with probability (2^32 - threshold) / 2^32, which is 1 - p to within 2^-33."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    threshold = round(p * 2.0**32)
+    if threshold > 0xFFFFFFFF:
+        raise ValueError(f"dropout probability {p} is too close to 1 for a 32-bit threshold")
+    return threshold
+
+
+def dropout_scale(p: float) -> float:
+    """1 / (1 - p): kept values are scaled so that the expectation of y is x."""
+    return 1.0 / (1.0 - p)
+
+
+DROPOUT_CHUNK_GRID_MIN_BYTES = 64 << 20
+"""The dropout forward takes a thread per chunk for x of this size and more, one wave of
+grid-striding blocks below. On an H100 a thread per chunk ran it at 90-95% of copy from 2^26 halves
+against 87-90% with one wave (89-92% with two or four waves). Below, an interleaved A/B put one wave
+0.7-1.4 points ahead at 2^24 halves and the two within noise at 2^20-2^22. On an H200, before its
+draws got cheaper, one wave was 1-4% faster at 2^28."""
+
+
+def dropout_waves(nbytes: int) -> int | None:
+    """Grid of the dropout forward for x of `nbytes`: a thread per chunk (None) from
+    DROPOUT_CHUNK_GRID_MIN_BYTES, one wave of grid-striding blocks (1) below."""
+    return None if nbytes >= DROPOUT_CHUNK_GRID_MIN_BYTES else 1
+
+
+def wide_counter(n: int) -> bool:
+    """Whether the group index i / 4 may not fit the Philox counter's first word."""
+    return n >= NARROW_COUNTER_LIMIT

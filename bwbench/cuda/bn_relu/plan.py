@@ -1,0 +1,151 @@
+"""What the BatchNorm + ReLU kernels (kernels/bn_relu.cu) launch: pure, testable without a GPU.
+
+The kernel list, the block size and the grid rules of both paths: three kernels (per-channel
+reduction, finalize, elementwise apply) or one cooperative launch (`fused_grid`) whose blocks wait
+for each other between the phases, keeping what shared memory holds of x (`fused_nhwc_scratch_bytes`,
+walk_step) for the second pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "one_launch_by_default",
+           "reduction_grid", "walk_step"]
+
+LAYOUTS = ("NCHW", "NHWC")
+BLOCK = 256  # bnr::kBlock
+MAX_ELEMENTS = 2**31 - 2**26
+"""The kernels index with 32-bit integers (a grid-stride step may go up to 2^26 past the end)."""
+
+_TYPES = {"half_t": 8, "float": 4}  # storage type -> elements per 16-byte pack
+_B = ("true", "false")
+
+
+def _reduction_names(ctype: str, v: int) -> list[str]:
+    out = []
+    for kernel in ("bn_stats_nchw", "bn_stats_nhwc", "bn_grad_nchw", "bn_grad_nhwc"):
+        out += [f"bnr::{kernel}<{ctype}, {v}, true>", f"bnr::{kernel}<{ctype}, 1, false>"]
+    return out
+
+
+KERNELS = (
+    *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
+    *(f"bnr::bn_stats_finalize<{t}, {w}>" for t in _TYPES for w in _B),
+    *(f"bnr::bn_grad_finalize<{w}>" for w in _B),
+    *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
+      for t in _TYPES for nhwc in _B for vec in _B for res in _B),
+    *(f"bnr::{k}_{layout}<{t}, {res}>" for k in ("bn_relu_fused", "bn_relu_backward_fused")
+      for layout in ("nchw", "nhwc") for t in _TYPES for res in _B),
+    *(f"bnr::bn_relu_fused_nhwc<{t}, {res}, true>" for t in _TYPES for res in _B),
+)
+"""Every kernel of kernels/bn_relu.cu the launcher names."""
+
+
+def reduction_grid(layout: str, n: int, c: int, hw: int, pack: int, wave: int) -> tuple[tuple[int, int], int]:
+    """((grid x, grid y), threads across channel packs) of a per-channel reduction kernel.
+
+    NCHW: (C, S) blocks, S splits of each channel; NHWC: (tiles, S), a tile = up to 32 channel
+    packs of a row, S row splits. S fills one wave (never just over it: a second, almost empty
+    wave would double the time) and leaves each thread a few steps of work."""
+    if layout == "NCHW":
+        per_channel = n * hw
+        splits = max(1, min(wave // c, -(-per_channel // (BLOCK * pack * 4))))
+        return (c, splits), 1
+    packs = c // pack
+    tx = min(32, 1 << max(0, (packs - 1).bit_length()))
+    tiles = -(-packs // tx)
+    rows = n * hw
+    splits = max(1, min(wave // tiles, -(-rows // (BLOCK // tx * 4))))
+    return (tiles, splits), tx
+
+
+FROM_END_MIN_BYTES = 16 << 20
+"""The separate elementwise passes walk from the tensor's end (to read first what the reduction left
+in L2) for x of this size and more. On an H100 that made the 51 MB float16 NHWC passes 3-7 points of
+copy faster, and the 6.4 MB (32, 2048, 7, 7) ones, which L2 holds whole, 1-4 points slower."""
+
+
+def walk_from_end(x_bytes: int) -> bool:
+    return x_bytes >= FROM_END_MIN_BYTES
+
+
+def apply_blocks(layout: str, numel: int, c: int, pack: int, vec: bool, wave: int) -> int:
+    """Blocks of the elementwise pass: one wave at most; for NHWC, a multiple of the blocks after
+    which a thread's channels repeat (its grid stride a multiple of C), so each thread loads its
+    channels' constants once."""
+    blocks = max(1, min(wave, -(-numel // (BLOCK * pack))))
+    if layout == "NHWC" and vec and blocks * BLOCK * pack < numel:
+        unit = c // math.gcd(c, BLOCK * pack)
+        blocks = max(unit, blocks // unit * unit)
+    return blocks
+
+
+def fused_grid(layout: str, n: int, c: int, hw: int, pack: int, vec: bool, wave: int):
+    """((grid x, grid y), threads across channel packs) of the one-launch path, or None where it
+    does not apply: it needs 16-byte packs, mask words that one block owns whole (NCHW: H*W % 32
+    == 0; NHWC: C % 32 == 0), and the reduction's grid no larger than `wave` (resident at once)."""
+    if not vec or (hw % 32 if layout == "NCHW" else c % 32):
+        return None
+    (gx, gy), tx = reduction_grid(layout, n, c, hw, pack, wave)
+    return ((gx, gy), tx) if gx * gy <= wave else None
+
+
+ONE_LAUNCH_NHWC_MIN_BYTES = 16 << 20
+"""`fused=None` takes the one-launch path wherever it applies for NCHW, and for NHWC from this size
+of x. H100, cold, one launch against three kernels (scripts/bn_relu_paths.py), float16 (32, 64, 112,
+112) and (32, 256, 56, 56): NCHW forward 48-50 vs 63 us (bn_add_relu 62-64 vs 80), NCHW backward
+84 vs 98 us; NHWC forward 52.5-58 vs 65-69 us (bn_add_relu 69-72 vs 82-86), NHWC backward 93-94 vs
+98-103 us (bn_add_relu 114 vs 123-127). At (32, 2048, 7, 7), 6.4 MB float16 and 12.8 MB float32,
+the NHWC one launch was 0-10% slower in both directions, so small NHWC tensors keep three kernels."""
+
+
+def one_launch_by_default(layout: str, x_bytes: int) -> bool:
+    return layout == "NCHW" or x_bytes >= ONE_LAUNCH_NHWC_MIN_BYTES
+
+
+def walk_step(layout: str, pack: int, grid: tuple[int, int], tx: int) -> int:
+    """Elements of a channel between one thread's consecutive packs in the one-launch walk: a
+    thread's k-th pack is element first + k * step of its channel, first < step."""
+    _, gy = grid
+    return gy * BLOCK * pack if layout == "NCHW" else gy * (BLOCK // tx)
+
+
+BARRIER_WORDS = 97  # bnr::grid_sync: arrival counts at words 0, 32 and 64, the generation at word 96
+READY_FLAGS_AT = 128  # bnr::kReadyFlags, after the grid barrier's words: the NHWC forward's ready flag of each group of MERGE_GROUP channels
+MERGE_GROUP = 8  # bnr::kMergeGroup
+READY_FLAGS = 1024  # flags a buffer holds at first (8192 channels)
+
+CACHE_SLOT_BYTES = BLOCK * 16
+"""Shared memory of one x-cache slot of a block: a 16-byte pack for each of its threads."""
+
+MERGE_ROUND = 2
+"""bnr::kMergeRound: channels of a pack the fused NHWC forward's block merge takes a round, where
+the plan asks for rounds."""
+
+MERGE_ROUNDS_MIN_SLOTS = 2
+"""The fused NHWC forward merges in rounds only where that frees at least this many x-cache slots:
+on an H100 rounds took 3.1 us off float16 32x256x56x56 (11 -> 16 slots) and added 0.9 us at
+32x64x112x112 (16 -> 17)."""
+
+
+def fused_nhwc_scratch_bytes(pack: int, tx: int, merge_rounds: bool = False) -> int:
+    """Dynamic shared memory after the x cache of bnr::bn_relu_fused_nhwc: its block merge of
+    `pack` channels (all at once, or MERGE_ROUND a round) over 8 warps of `tx` lanes (3 floats
+    each), reused for phase C's coefficients (12 bytes for each of the tile's tx * pack channels)."""
+    merged = min(MERGE_ROUND, pack) if merge_rounds else pack
+    return max(3 * merged * (BLOCK // 32) * tx * 4, 12 * pack * tx)
+
+
+FEW_PARTIALS = 128
+"""Up to this many partials per channel the finalize gives each channel a warp (at most 4 loads a
+lane) instead of a block: at (32, 2048, 7, 7) NCHW, S = 1, the block per channel made the forward
+11-12% slower on an H200 than the warp per channel it had replaced."""
+
+
+def finalize_grid(channels: int, partials: int) -> tuple[bool, int]:
+    """(a warp per channel?, blocks) of the finalize kernel for `partials` partials per channel."""
+    if partials <= FEW_PARTIALS:
+        per_block = BLOCK // 32
+        return True, -(-channels // per_block)
+    return False, channels

@@ -1,0 +1,388 @@
+"""What a LayerNorm / RMSNorm call launches (kernels/norm.cu): pure, testable without a GPU.
+
+The tiers, chosen by the row length as for the softmax (`plan`):
+
+- "warp": a group of 1 ... 32 lanes per row, the row in registers, for cols <= 2048;
+- "registers": one block per row, the row in the block's registers (4 or 8 16-byte packs a
+  thread), for rows up to 4096 packs: no shared-memory row cache and no per-pack merge;
+- "smem": one block per row, the row cached in shared memory (copied in with cp.async), while a
+  block with that much shared memory can still launch (the occupancy query is not 0);
+- "uncached": one block per row, x read twice (the second time mostly from L2), any cols.
+
+A block tier is latency-bound (measured on an H200: each block spends microseconds per row
+whatever the row length), so its throughput is rows in flight per SM times bytes per row over
+the time per row. `rank_blocks` ranks the block sizes by that model; where `plan` leaves
+alternatives, the launcher times them once per shape on the caller's arguments and keeps the
+fastest, as cuDNN's and Triton's autotuners do. `optimized_names` and `NAIVE_KERNELS` list every
+kernel compiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
+           "plan", "rank_blocks", "rows_configs", "warp_config", "warp_configs"]
+
+TIERS = ("warp", "registers", "smem", "uncached")
+
+WARP_BLOCK = 128
+"""Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
+
+WARP_MAX_COLS = 2048
+"""Longest row the warp tier keeps in registers: 32 lanes x 64 columns each. Rows longer than
+1024 are also timed against the shared-memory tier on first use (`plan`'s alternatives)."""
+
+WARP_SURE_COLS = 1024
+"""Up to here the warp tier is used without timing alternatives."""
+
+BLOCK_SIZES = (32, 64, 128, 256, 512)
+"""Candidate threads per block of the block tiers, smallest first."""
+
+CACHED_STORE_BATCH = 4
+UNCACHED_STORE_BATCH = 2
+"""Packs a thread handles per step of the second pass (kernels/norm.cu: kBlockStoreBatch)."""
+
+ROW_LATENCY_US = 2.0
+STEP_LATENCY_US = 0.5
+"""The launch model's guesses: a block spends about ROW_LATENCY_US per row waiting for x, plus
+STEP_LATENCY_US per step of its second pass (a round trip for gamma and beta). Measured on an
+H200, a block tier is latency-bound (its throughput is rows in flight x row bytes / time per row),
+so these only rank the block sizes; the launcher then times the candidates once per shape."""
+
+REGISTER_PACKS = (4, 8)
+"""16-byte packs a thread holds in the registers tier (norm_rows' P)."""
+
+REGISTER_BLOCKS = (64, 128, 256, 512, 1024)
+"""Threads per block of the registers tier (norm_rows' B): a row is P x B packs at most."""
+
+REGISTER_HOLD_PACKS = 4
+"""Only the 4-packs-a-thread kernels get a variant holding gamma/beta in registers: ptxas keeps
+them as floats (8 registers a pack and parameter), which at 8 packs leaves one block an SM."""
+
+REGISTER_SPARE = 40
+"""Registers a norm_rows thread needs besides its row (4 a pack, kept in storage format) and held
+parameters (as floats): addresses, loop state, statistics. The instantiation filter's margin;
+the no-spill compile test checks it (ptxas -v, sm_90: 45-64 registers without held parameters
+at 4 packs, 63-80 at 8; 72-116 with them)."""
+
+UNCACHED_BLOCK = 512
+NAIVE_BLOCK = 256
+"""Threads per block of the naive kernels (grid-stride)."""
+
+STATIC_SMEM_MARGIN = 1024
+"""Bytes of the per-block shared-memory limit left for the kernels' static reduction buffers."""
+
+STORAGE_TYPES = ("half_t", "bf16_t", "float")
+ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
+
+def full_pack(ctype: str) -> int:
+    """Elements of one 16-byte access."""
+    return 16 // ITEMSIZE[ctype]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel instantiations and the tier choice (pure functions: tested on the CPU)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WarpConfig:
+    """Template arguments of norm_warp: pack N, columns per lane C, lanes per row W, rows per group R."""
+
+    pack: int
+    cols_per_thread: int
+    width: int
+    rows_per_access: int
+
+    @property
+    def rows_per_block(self) -> int:
+        return WARP_BLOCK // self.width * self.rows_per_access
+
+    def name(self, ctype: str, rms: bool) -> str:
+        return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
+                f"{self.width}, {self.rows_per_access}>")
+
+
+def _cpp_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def warp_configs(ctype: str) -> tuple[WarpConfig, ...]:
+    """Every norm_warp instantiation for one storage type (both modes use the same list).
+
+    Up to 64 packs a row: two packs per lane and 1 ... 32 lanes, two rows per group at a time
+    (four loads in flight per lane, and half the lanes, so half the merge steps, of one pack per
+    lane: LayerNorm's merges are what limits short rows). Longer rows: 32 lanes and every multiple
+    of the pack up to 32 columns a lane, then 48 or 64 (scalar packs: powers of two, kept few since
+    odd shapes are for correctness, not speed). A one-pack row gets one lane.
+    """
+    configs = []
+    for pack in (full_pack(ctype), 1):
+        configs.append(WarpConfig(pack, pack, 1, 2))
+        for width in (1, 2, 4, 8, 16, 32):
+            configs.append(WarpConfig(pack, 2 * pack, width, 2))
+        per_lane = (*range(3 * pack, 33, pack), 48, 64) if pack > 1 else (4, 8, 16, 32, 64)
+        configs.extend(WarpConfig(pack, c, 32, 1) for c in per_lane)
+    configs.extend(c for c in _four_pack_configs(ctype) if c not in configs)
+    return tuple(configs)
+
+
+FOUR_PACK_WIDTHS = (8, 16, 32)
+"""Lanes per row of the four-packs-a-lane alternatives (17 ... 128 packs a row: half 256-1024).
+Not 4 lanes (16 packs, half 128 cols): the four-pack plan ran there at 73-85% of copy in
+`bwbench run`, against 88-96% for two packs (reference runs of ff215c9, H100 LayerNorm and H200
+RMSNorm). The first-use timing of that time, hot in L2, had kept it; the timing is cold now
+(bwbench/cuda/autotune.py), but the plan is not offered again until a GPU run shows the cold
+timing rejects it."""
+
+
+def _four_pack_configs(ctype: str) -> list[WarpConfig]:
+    """Four 16-byte packs a lane, one or two rows a group: a quarter of the lanes, so fewer merge
+    steps per element than two packs a lane, at the cost of fewer rows in flight. Timed against
+    the two-packs-a-lane plan (LayerNorm's Chan merges are what limit rows of 256-512 columns)."""
+    pack = full_pack(ctype)
+    return [WarpConfig(pack, 4 * pack, width, rows) for width in FOUR_PACK_WIDTHS for rows in (2, 1)]
+
+
+def warp_alternatives(cols: int, pack: int, ctype: str) -> list[WarpConfig]:
+    """norm_warp instantiations worth timing against `warp_config` for a row of `cols`: four packs
+    a lane for 17-128 packs (measured on an H200, LayerNorm half: 90% vs 86% at 256 cols, 89% vs
+    84% at 512)."""
+    if pack != full_pack(ctype) or cols % pack:
+        return []
+    packs = cols // pack
+    width = _next_pow2(-(-packs // 4))
+    if width not in FOUR_PACK_WIDTHS or packs <= 16:
+        return []
+    first = warp_config(cols, pack)
+    return [c for c in _four_pack_configs(ctype) if c.width == width and c != first]
+
+
+def warp_config(cols: int, pack: int) -> WarpConfig | None:
+    """The norm_warp instantiation for a row of `cols` loaded in packs of `pack`, or None if the
+    row is too long for registers."""
+    if cols < 1 or cols > WARP_MAX_COLS or cols % pack:
+        return None
+    packs = cols // pack
+    if packs == 1:
+        return WarpConfig(pack, pack, 1, 2)
+    if packs <= 64:
+        return WarpConfig(pack, 2 * pack, _next_pow2(-(-packs // 2)), 2)
+    per_lane = -(-packs // 32) * pack
+    if pack == 1:
+        return WarpConfig(1, _next_pow2(per_lane), 32, 1)
+    if per_lane > 32:
+        per_lane = 48 if per_lane <= 48 else 64
+    return WarpConfig(pack, per_lane, 32, 1)
+
+
+def block_name(ctype: str, rms: bool, pack: int, cached: bool, params: bool = False) -> str:
+    return f"norm_block<{ctype}, {_cpp_bool(rms)}, {pack}, {_cpp_bool(cached)}, {_cpp_bool(params)}>"
+
+
+@dataclass(frozen=True)
+class RowsConfig:
+    """Template arguments of norm_rows: pack N, packs a thread P, threads B, gamma/beta held."""
+
+    pack: int
+    packs_per_thread: int
+    block: int
+    hold: bool
+
+    def name(self, ctype: str, rms: bool) -> str:
+        return (f"norm_rows<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.packs_per_thread}, {self.block}, "
+                f"{_cpp_bool(self.hold)}>")
+
+
+def rows_configs(ctype: str, rms: bool) -> tuple[RowsConfig, ...]:
+    """Every norm_rows instantiation: those whose row (4 registers a pack), held gamma/beta (as
+    floats) and REGISTER_SPARE fit in the registers __launch_bounds__(B, 1) allows."""
+    pack = full_pack(ctype)
+    configs = []
+    for per_thread in REGISTER_PACKS:
+        for block in REGISTER_BLOCKS:
+            budget = min(255, 65536 // block) - REGISTER_SPARE
+            row_regs = per_thread * 4
+            held_regs = per_thread * pack * (1 if rms else 2)
+            for hold in (True, False):
+                if hold and per_thread != REGISTER_HOLD_PACKS:
+                    continue
+                if row_regs + (held_regs if hold else 0) <= budget:
+                    configs.append(RowsConfig(pack, per_thread, block, hold))
+    return tuple(configs)
+
+
+def rows_max_cols(ctype: str, rms: bool) -> int:
+    """Longest row the registers tier holds (its largest instantiation's P x B packs)."""
+    return max(c.packs_per_thread * c.block for c in rows_configs(ctype, rms)) * full_pack(ctype)
+
+
+def rows_candidates(packs: int, ctype: str, rms: bool) -> list[RowsConfig]:
+    """The norm_rows instantiations for a row of `packs` full packs, best guess first: for each
+    packs-a-thread, the smallest block that covers the row (fewest idle threads), parameters held
+    in registers before read from L1."""
+    declared = set(rows_configs(ctype, rms))
+    chosen = []
+    for per_thread in REGISTER_PACKS:
+        block = max(REGISTER_BLOCKS[0], _next_pow2(-(-packs // per_thread)))
+        for hold in (True, False):
+            config = RowsConfig(full_pack(ctype), per_thread, block, hold)
+            if config in declared:
+                chosen.append(config)
+    return chosen
+
+
+def param_bytes(cols: int, ctype: str, rms: bool) -> int:
+    """Shared memory for gamma (and beta) when a block tier keeps them there."""
+    return (1 if rms else 2) * cols * ITEMSIZE[ctype]
+
+
+def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
+    names = [c.name(ctype, rms) for c in warp_configs(ctype)]
+    names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
+    for pack in (full_pack(ctype), 1):
+        names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
+    return tuple(names)
+
+NAIVE_KERNELS = (
+    *(f"naive_row_mean<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_row_rstd<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_row_rms<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_normalize<{t}, {_cpp_bool(rms)}>" for t in STORAGE_TYPES for rms in (False, True)),
+)
+"""The naive kernels of norm.cu: row mean, row rstd, row rms, normalize."""
+
+DEFAULT_GRID_WAVES: tuple[int | None, ...] = (None, 1)
+"""The grids a plan is timed with on first use, the model's choice first: a block for every row
+group (None), or one wave of blocks striding over the rows (1). Measured on an H200: a block per
+row group ran LayerNorm at 2048-16384 columns at 97-98% of copy against 87-90% with one wave, but
+32768 at 84-85% against 90% (every block loads its gamma and beta once, which one wave amortises
+over many rows), so both are timed. Tests pass (1,) to exercise the row loop."""
+
+
+@dataclass(frozen=True)
+class NormPlan:
+    """How one (cols, dtype, mode) is launched: tier, kernel, block, shared memory, rows per block,
+    and the other plans worth timing against it on first use (`alternatives`, best guess first)."""
+
+    tier: str
+    kernel: str
+    pack: int
+    block: int
+    smem_bytes: int
+    rows_per_block: int
+    alternatives: tuple["NormPlan", ...] = ()
+
+    @property
+    def candidates(self) -> tuple["NormPlan", ...]:
+        return (self, *self.alternatives)
+
+
+Occupancy = Callable[[str, int, int], int]
+"""(kernel name, threads per block, dynamic shared memory bytes) -> resident blocks per SM."""
+
+
+def rank_blocks(packs: int, row_bytes: int, cached: bool, occupancy: Callable[[int], int]) -> list[int]:
+    """Block sizes of a block tier, best first by the latency model: every resident block has one
+    row in flight, and a row takes ROW_LATENCY_US (twice without the cache, which re-reads x)
+    plus STEP_LATENCY_US per step of the second pass. Blocks larger than the row's packs (idle
+    threads) and blocks that cannot launch are left out."""
+    batch = CACHED_STORE_BATCH if cached else UNCACHED_STORE_BATCH
+    scored = []
+    for block in BLOCK_SIZES:
+        if block > max(32, -(-packs // 32) * 32):
+            break
+        resident = occupancy(block)
+        if resident < 1:
+            continue
+        steps = -(-packs // (block * batch))
+        row_us = ROW_LATENCY_US * (1 if cached else 2) + STEP_LATENCY_US * steps
+        scored.append((resident * row_bytes / row_us, -block, block))
+    return [block for *_, block in sorted(scored, reverse=True)]
+
+
+def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem_limit: int,
+         tier: str | None = None, block: int | None = None) -> NormPlan:
+    """Choose the tier and launch shape (the dispatcher of the softmax article, for norms).
+
+    `pack` is the elements per access (the 16-byte pack, or 1 where cols or a pointer does not
+    allow it), `occupancy` answers the CUDA occupancy query, `smem_limit` is the dynamic shared
+    memory one block may have. `tier` forces a tier (tests use it on short rows); None chooses.
+    `block` forces the threads per block of the block tiers (for tuning experiments).
+    """
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
+    if block is not None and (block % 32 or not 32 <= block <= 1024):
+        raise ValueError(f"block must be a multiple of 32 from 32 to 1024, got {block}")
+    packs = cols // pack
+    row_bytes = 2 * cols * ITEMSIZE[ctype]
+
+    def block_plans(tier_name: str) -> list[NormPlan]:
+        """Plans of one block tier: gamma (and beta) in shared memory first, where they fit
+        next to the row cache, then read from global memory; block sizes ranked by the model."""
+        cached = tier_name == "smem"
+        plans = []
+        for params in (True, False):
+            smem = (cols * ITEMSIZE[ctype] if cached else 0) + (param_bytes(cols, ctype, rms) if params else 0)
+            if smem > smem_limit:
+                continue
+            name = block_name(ctype, rms, pack, cached, params)
+            fits = lambda b, name=name, smem=smem: occupancy(name, b, smem)  # noqa: E731
+            blocks = ([block] if fits(block) > 0 else []) if block is not None else rank_blocks(packs, row_bytes, cached, fits)
+            plans += [NormPlan(tier_name, name, pack, b, smem, 1) for b in blocks]
+        return plans
+
+    def smem_plans() -> list[NormPlan]:
+        if tier not in (None, "smem") or cols * ITEMSIZE[ctype] > smem_limit:
+            return []
+        return block_plans("smem")
+
+    def register_plans() -> list[NormPlan]:
+        """Plans of the registers tier (full 16-byte packs only; `block` is not forced here:
+        the block size is part of the instantiation)."""
+        if tier not in (None, "registers") or pack != full_pack(ctype) or block is not None:
+            return []
+        plans = []
+        for config in rows_candidates(packs, ctype, rms):
+            name = config.name(ctype, rms)
+            if occupancy(name, config.block, 0) > 0:
+                plans.append(NormPlan("registers", name, pack, config.block, 0, 1))
+        return plans
+
+    if tier in (None, "warp"):
+        config = warp_config(cols, pack)
+        if config is not None:
+            warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
+            others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
+                      for c in warp_alternatives(cols, pack, ctype)]
+            if tier is None and cols > WARP_SURE_COLS:
+                return _with_alternatives(warp, others + register_plans() + smem_plans())
+            return _with_alternatives(warp, others)
+        if tier == "warp":
+            raise ValueError(f"the warp tier holds at most {WARP_MAX_COLS} columns, got {cols}")
+    in_registers = register_plans()
+    if in_registers:
+        return _with_alternatives(in_registers[0], in_registers[1:] + smem_plans())
+    if tier == "registers":
+        raise ValueError(f"the registers tier needs cols a multiple of {full_pack(ctype)} with 16-byte aligned "
+                         f"pointers, at most {rows_max_cols(ctype, rms)} columns, and no forced block; "
+                         f"got cols={cols}")
+    cached = smem_plans()
+    if cached:
+        return _with_alternatives(cached[0], cached[1:])
+    if tier == "smem":
+        raise ValueError(f"a row of {cols} x {ITEMSIZE[ctype]} bytes does not fit in shared memory here")
+    plans = block_plans("uncached") or [NormPlan("uncached", block_name(ctype, rms, pack, False), pack,
+                                                 block or UNCACHED_BLOCK, 0, 1)]
+    return _with_alternatives(plans[0], plans[1:])
+
+
+def _with_alternatives(first: NormPlan, others) -> NormPlan:
+    return NormPlan(first.tier, first.kernel, first.pack, first.block, first.smem_bytes, first.rows_per_block,
+                    tuple(others))

@@ -1,0 +1,195 @@
+"""Softmax, log-softmax, their backwards and the online softmax with kernels/softmax.cu.
+
+One dispatcher, five operations: `plan_launch` asks plan.py for the launch of a shape (once per
+operation, shape, dtype, pack, device and options: a repeated call only checks its tensors,
+allocates the output and enqueues), `which_tier` says which tier it chose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bwbench.cuda.loader import (
+    Kernel,
+    KernelSource,
+    allow_all_dynamic_shared_memory,
+    check_matrix,
+    cpp_type,
+    load,
+    max_active_blocks_per_sm,
+    run,
+)
+from bwbench.cuda.softmax import dispatch
+from bwbench.cuda.softmax.plan import OPERATIONS, STORAGE_TYPES, SoftmaxPlan, plan
+
+__all__ = ["BACKWARD_SOURCES", "FORWARD_SOURCES", "log_softmax", "log_softmax_backward", "online_softmax",
+           "plan_launch", "softmax", "softmax_backward", "which_tier"]
+
+# One module per storage type and direction: a float16 forward run compiles only its kernels.
+FORWARD_SOURCES = {t: KernelSource("softmax.cu", dispatch.kernel_names(t, "forward")) for t in STORAGE_TYPES}
+BACKWARD_SOURCES = {t: KernelSource("softmax.cu", dispatch.kernel_names(t, "backward")) for t in STORAGE_TYPES}
+
+
+class _Queries:
+    """plan.py's DeviceQueries answered by CUDA for one compiled module on one device."""
+
+    def __init__(self, module, device: int) -> None:
+        self.module, self.device = module, device
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+
+    def smem_limit(self, kernel: str) -> int:
+        return allow_all_dynamic_shared_memory(self.module.kernel(kernel), self.device)
+
+    def blocks_per_sm(self, kernel: str, threads: int, smem: int) -> int:
+        return max_active_blocks_per_sm(self.module.kernel(kernel), threads, smem, self.device)
+
+
+_PLANS: dict[tuple, tuple[SoftmaxPlan, Kernel]] = {}
+"""Plans and their kernels by (op, rows, cols, dtype, pack, device, options)."""
+
+
+def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, pack: int, device: int,
+             options: tuple) -> tuple[SoftmaxPlan, Kernel]:
+    key = (op, rows, cols, dtype, pack, device, options)
+    found = _PLANS.get(key)
+    if found is None:
+        ctype = cpp_type(dtype)
+        direction = OPERATIONS[op][0] if op in OPERATIONS else "forward"
+        module = load((FORWARD_SOURCES if direction == "forward" else BACKWARD_SOURCES)[ctype])
+        chosen = plan(op, rows, cols, ctype, pack, _Queries(module, device), **dict(options))
+        found = _PLANS[key] = (chosen, module.kernel(chosen.launch.kernel))
+    return found
+
+
+def _options(overrides: dict) -> tuple:
+    unknown = set(overrides) - {"thresholds", "tier", "block", "grid_waves"}
+    if unknown:
+        raise TypeError(f"unknown options {sorted(unknown)}: thresholds, tier, block and grid_waves are")
+    return tuple(sorted(overrides.items()))
+
+
+def _device(device) -> int:
+    if isinstance(device, torch.device):
+        device = device.index
+    return torch.cuda.current_device() if device is None else int(device)
+
+
+def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: bool = True,
+                device: int | torch.device | None = None, **overrides) -> SoftmaxPlan:
+    """The plan of `op` on a (rows, cols) tensor of `dtype` (cached). aligned: whether 16-byte packs
+    are allowed (16-byte aligned pointers, row strides a multiple of the pack); False forces one
+    element per access. overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
+    if op not in OPERATIONS:
+        raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+    pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], cols, aligned)
+    return _planned(op, rows, cols, dtype, pack, _device(device), _options(overrides))[0]
+
+
+def _check_rows(t: torch.Tensor, what: str, name: str) -> tuple[int, int]:
+    """(rows, cols) of a 2-D CUDA tensor whose rows are contiguous (any row stride)."""
+    check_matrix(t, what, name, rows_only=True)
+    rows, cols = t.shape
+    if cols > dispatch.MAX_COLS:
+        raise ValueError(f"{what}: {name} has {cols} columns; the kernels take at most {dispatch.MAX_COLS}")
+    return rows, cols
+
+
+def _result(out: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Tensor:
+    if out is None:
+        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+    if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
+        raise ValueError(f"out must have the input's shape, dtype and device: got {tuple(out.shape)} {out.dtype} "
+                         f"on {out.device}, want {tuple(like.shape)} {like.dtype} on {like.device}")
+    _check_rows(out, what, "out")
+    return out
+
+
+def _pack(cols: int, tensors: tuple[torch.Tensor, ...]) -> int:
+    """Elements per access: the 16-byte pack where every pointer is 16-byte aligned and every row
+    stride a multiple of the pack (the row starts stay aligned), else 1."""
+    itemsize = tensors[0].element_size()
+    wide = dispatch.PACK_BYTES // itemsize
+    if cols % wide:
+        return 1
+    for t in tensors:
+        if t.data_ptr() % dispatch.PACK_BYTES or (t.shape[0] > 1 and t.stride(0) % wide):
+            return 1
+    return wide
+
+
+def _row_stride(t: torch.Tensor) -> np.int64:
+    return np.int64(t.stride(0) if t.shape[0] > 1 else t.shape[1])
+
+
+def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
+    rows, cols = _check_rows(x, op, "x")
+    y = _result(out, x, op)
+    if rows == 0 or cols == 0:
+        return y
+    device = x.device.index
+    chosen, kernel = _planned(op, rows, cols, x.dtype, _pack(cols, (x, y)), device,
+                              _options(overrides) if overrides else ())
+    run(kernel, chosen.launch, (x, _row_stride(x), y, _row_stride(y), np.int64(rows), np.int32(cols)), device)
+    return y
+
+
+def _backward(op: str, y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
+    rows, cols = _check_rows(y, op, "y")
+    _check_rows(dy, op, "dy")
+    if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
+        raise ValueError(f"dy must match y: got {tuple(dy.shape)} {dy.dtype} on {dy.device}, "
+                         f"y is {tuple(y.shape)} {y.dtype} on {y.device}")
+    dx = _result(out, y, op)
+    if rows == 0 or cols == 0:
+        return dx
+    device = y.device.index
+    chosen, kernel = _planned(op, rows, cols, y.dtype, _pack(cols, (y, dy, dx)), device,
+                              _options(overrides) if overrides else ())
+    run(kernel, chosen.launch, (y, _row_stride(y), dy, _row_stride(dy), dx, _row_stride(dx), np.int64(rows),
+                                np.int32(cols)), device)
+    return dx
+
+
+def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None, **overrides) -> torch.Tensor:
+    """softmax(x, dim=-1) in one kernel of the optimized family (the dispatcher picks the tier).
+
+    x: 2-D CUDA tensor of float16, bfloat16 or float32 whose rows are contiguous (any row stride:
+    a column slice runs without a copy; other layouts raise ValueError, call .contiguous()).
+    Returns a new contiguous tensor, or writes into `out` (same shape and dtype, rows contiguous,
+    not overlapping x). Runs on PyTorch's current stream. `overrides` (thresholds=, tier=,
+    block=, grid_waves=) are for tuning and tests.
+    """
+    return _forward("softmax", x, out, overrides)
+
+
+def log_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None, **overrides) -> torch.Tensor:
+    """log_softmax(x, dim=-1): the same kernels as `softmax` with the LogSoftmax algorithm."""
+    return _forward("log_softmax", x, out, overrides)
+
+
+def online_softmax(x: torch.Tensor, *, out: torch.Tensor | None = None, **overrides) -> torch.Tensor:
+    """softmax(x, dim=-1) with the online normalizer: one read of each row computes (max, sum of
+    exp) with the associative (m, d) merge, a second read writes y; no row cache."""
+    return _forward("online_softmax", x, out, overrides)
+
+
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tensor | None = None,
+                     **overrides) -> torch.Tensor:
+    """The softmax gradient dx = y * (dy - sum(dy * y, -1)) from the forward output y and dy."""
+    return _backward("softmax_backward", y, dy, out, overrides)
+
+
+def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tensor | None = None,
+                         **overrides) -> torch.Tensor:
+    """The log-softmax gradient dx = dy - exp(y) * sum(dy, -1) from the forward output y and dy."""
+    return _backward("log_softmax_backward", y, dy, out, overrides)
+
+
+def which_tier(x: torch.Tensor, op: str = "softmax", **overrides) -> str:
+    """The tier `op` runs for input x (for a backward op, x stands for y and dy): "warp", "smem",
+    "uncached", or for online_softmax "online_warp" / "online_block"."""
+    rows, cols = _check_rows(x, "which_tier", "x")
+    if rows == 0 or cols == 0:
+        return "none"
+    return _planned(op, rows, cols, x.dtype, _pack(cols, (x,)), x.device.index, _options(overrides))[0].tier

@@ -1,0 +1,240 @@
+"""What a softmax-family call launches: pure, testable without a GPU.
+
+`plan` turns (operation, rows, cols, storage type, pack) and the answers of a `DeviceQueries`
+into one `Launch` of kernels/softmax.cu: the tier comes from the measured rules of dispatch.py,
+the block size and grid from the occupancy answers. `kernel_names` (dispatch.py) lists every
+kernel the optimized family instantiates and `NAIVE_KERNELS` / `FAMILY_NAIVE_KERNELS` the naive
+ones, so the set compiled and the set a plan can ask for are one list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from bwbench.cuda.launch_spec import DeviceQueries, Launch, grid_blocks
+from bwbench.cuda.softmax import dispatch
+
+__all__ = ["DEFAULT_THRESHOLDS", "FAMILY_NAIVE_KERNELS", "NAIVE_BLOCK", "NAIVE_KERNELS", "OPERATIONS",
+           "STORAGE_TYPES", "SoftmaxPlan", "load_thresholds", "plan"]
+
+STORAGE_TYPES = ("half_t", "bf16_t", "float")
+
+OPERATIONS = {
+    # name: (direction, algorithm, thresholds key)
+    "softmax": ("forward", "softmax", "forward"),
+    "log_softmax": ("forward", "log_softmax", "forward"),
+    "online_softmax": ("forward", "softmax", "online"),
+    "softmax_backward": ("backward", "softmax", "backward"),
+    "log_softmax_backward": ("backward", "log_softmax", "backward"),
+}
+
+DEFAULT_THRESHOLDS = {
+    # Measured on an H200, float16, rows 49152 (the numbers and the runs are in docs/softmax.md).
+    # The rules are in occupancy terms (resident threads, packs per thread), so they carry over to
+    # other GPUs better than cols thresholds would.
+    #   forward: registers beat the shared-memory block up to cols 2048 (93% vs 82% of copy); the
+    #   one-pass (m, d) merge beats three passes in the block tiers from cols 4096 (94% vs 91% at
+    #   4096, 89% vs 73% at 32768); one row per access beats the article's two in groups under a
+    #   warp (cols 32: 94% vs 82%) and in full warps (cols 256: 90% vs 86%).
+    #   backward: y and dy in registers up to cols 1024, held as raw 16-byte packs (half 4348 vs
+    #   3815 GB/s against the shared-memory block at 1024). One row per access again (cols 32: 91%
+    #   vs 75%).
+    #   both: the block size that keeps the most threads resident (cols 32768 forward: 93% vs 89%
+    #   with OneFlow's rule; backward 8192: 102% vs 97%).
+    #   forward, registers tier: it wins at 512 packs (half/bf16 cols 4096: 4122 vs 3983 and 4114
+    #   vs 3882 GB/s) and where the cache leaves one block an SM (float32 cols 32768: 3813 vs 3377
+    #   GB/s); it loses at 1024 threads with 4 packs and is even between.
+    "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
+                                   block_rule="threads", uncached_packs_per_thread=8,
+                                   registers_max_packs=512, registers_below_smem_blocks=2),
+    #   backward, rows whose y and dy do not fit in shared memory: the shared-memory tier caching
+    #   the first 7/8 of a float32 row of 32768 columns (227 KiB of 256) against the uncached tier,
+    #   which moved 1.46x the row's bytes from DRAM.
+    "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
+                                    uncached_packs_per_thread=2, partial_cache_share=0.5),
+    "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
+}
+
+DEFAULT_GRID_WAVES: int | None = None
+"""Blocks launched per resident block slot, at most, the rest of the rows grid-striding (OneFlow
+caps its grid at 32 waves); None: a block for every row or row group. Measured on an H200, one
+block per row beat 32 waves where a block works on one row at a time: the backward at 16384
+columns 100% -> 102% of copy, the forward at 16384 95% -> 97%, the float32 backward at 32768
+(uncached) 68% -> 80%; the other cols were even. Tests pass a small number to exercise the row
+loop."""
+
+NAIVE_BLOCK = 256
+"""Threads per block for every naive kernel (the reductions need a multiple of 32)."""
+
+NAIVE_KERNELS = (
+    *(f"naive_reduce_max<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_broadcast_sub<{t}>" for t in STORAGE_TYPES),
+    "naive_exp",
+    "naive_reduce_sum",
+    *(f"naive_broadcast_div<{t}>" for t in STORAGE_TYPES),
+)
+"""kernels/softmax_naive.cu: the article's five-kernel softmax (and the reductions the others reuse)."""
+
+FAMILY_NAIVE_KERNELS = (
+    "naive_exp_into",
+    *(f"naive_broadcast_sub_log<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_mul<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_broadcast_sub_grad<{t}>" for t in STORAGE_TYPES),
+    *(f"naive_mul_out<{t}>" for t in STORAGE_TYPES),
+)
+"""kernels/softmax_family_naive.cu: the naive log-softmax and softmax backward."""
+
+
+def load_thresholds(overrides: Mapping[str, Mapping[str, object]]) -> dict[str, dispatch.Thresholds]:
+    """The defaults with `overrides` ({"forward" | "backward" | "online": {field: value}}) applied,
+    e.g. after measuring another GPU; pass the result's entries as `thresholds=`."""
+    unknown = set(overrides) - set(DEFAULT_THRESHOLDS)
+    if unknown:
+        raise ValueError(f"unknown threshold groups {sorted(unknown)}; valid: {sorted(DEFAULT_THRESHOLDS)}")
+    try:
+        return {key: dispatch.with_overrides(th, **overrides.get(key, {})) for key, th in DEFAULT_THRESHOLDS.items()}
+    except TypeError as exc:  # an unknown field name
+        raise ValueError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class SoftmaxPlan:
+    """One call's plan: the dispatcher's choice and the launch that runs it."""
+
+    op: str
+    choice: dispatch.TierChoice
+    launch: Launch
+
+    @property
+    def tier(self) -> str:
+        return self.choice.tier
+
+    @property
+    def kernel_name(self) -> str:
+        return self.launch.kernel
+
+    @property
+    def grid(self) -> int:
+        return self.launch.grid[0]
+
+    @property
+    def block(self) -> int:
+        return self.launch.block[0]
+
+    @property
+    def smem(self) -> int:
+        return self.launch.shared_mem
+
+
+def _smem_occupancy(queries: DeviceQueries, kernel: str, smem: int) -> dict[int, int]:
+    """Resident blocks per SM of the cached block kernel at each block size with `smem` bytes."""
+    if smem > queries.smem_limit(kernel):
+        return {size: 0 for size in dispatch.BLOCK_SIZES}
+    return {size: queries.blocks_per_sm(kernel, size, smem) for size in dispatch.BLOCK_SIZES}
+
+
+def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
+         thresholds: dispatch.Thresholds | None = None, tier: str | None = None, block: int | None = None,
+         grid_waves: int | None = DEFAULT_GRID_WAVES) -> SoftmaxPlan:
+    """The launch of `op` on (rows, cols) of storage type `ctype` moved `pack` elements at a time.
+
+    thresholds, tier and block override the measured dispatch (tuning runs and tests); a forced
+    tier that cannot run raises ValueError. grid_waves caps the grid (None: a block per row).
+    """
+    if op not in OPERATIONS:
+        raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+    if rows < 1 or cols < 1:
+        raise ValueError(f"nothing to launch for shape ({rows}, {cols})")
+    direction, algorithm, key = OPERATIONS[op]
+    itemsize = dispatch.ITEMSIZE[ctype]
+    th = thresholds or DEFAULT_THRESHOLDS[key]
+    smem_needed = dispatch.smem_bytes(direction, cols, itemsize)
+    one_pass = th.one_pass and direction == "forward"
+
+    def smem_kernel(partial: bool = False) -> str:
+        choice = dispatch.TierChoice("smem", block=128, one_pass=one_pass, pack=pack, partial=partial)
+        return dispatch.kernel_name(ctype, algorithm, direction, choice)
+
+    partial = False
+    if th.partial_cache_share > 0 and direction == "backward":
+        limit = queries.smem_limit(smem_kernel())
+        cached = dispatch.cache_bytes(direction, cols, itemsize, pack, limit, th.partial_cache_share)
+        partial = cached < smem_needed
+        smem_needed = cached
+
+    if key == "online":
+        choice = _online_choice(cols, pack, th, tier)
+    elif tier is None:
+        occupancy = None
+        if dispatch.needs_occupancy(cols, pack, direction, th):
+            occupancy = _smem_occupancy(queries, smem_kernel(partial), smem_needed)
+        choice = dispatch.choose_tier(cols, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th)
+    else:
+        choice = _forced_choice(op, direction, cols, pack, th, tier, block, one_pass,
+                                lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
+    if block is not None and choice.block is not None:
+        if block not in dispatch.BLOCK_SIZES:
+            raise ValueError(f"block must be one of {dispatch.BLOCK_SIZES}, got {block}")
+        choice = replace(choice, block=block)
+    if choice.tier == "smem" and partial:
+        choice = replace(choice, partial=True)
+
+    name = dispatch.kernel_name(ctype, algorithm, direction, choice)
+    if choice.warp is not None:
+        threads = dispatch.WARP_BLOCK
+        work = -(-rows // (threads // choice.warp.group * choice.warp.rows_per_access))
+        smem = 0
+    else:
+        threads = choice.block
+        work = rows
+        smem = smem_needed if choice.tier == "smem" else 0
+        if smem:
+            queries.smem_limit(name)
+    per_sm = queries.blocks_per_sm(name, threads, smem)
+    if per_sm < 1:
+        raise ValueError(f"{name} cannot launch {threads} threads with {smem} bytes of shared memory here")
+    grid = grid_blocks(work, per_sm, queries.sms, grid_waves)
+    return SoftmaxPlan(op, choice, Launch(name, (grid,), (threads,), smem, tier=choice.tier))
+
+
+def _online_choice(cols: int, pack: int, th: dispatch.Thresholds, tier: str | None) -> dispatch.TierChoice:
+    choice = dispatch.choose_online(cols, pack, th)
+    if tier is None or tier == choice.tier:
+        return choice
+    if tier == "online_block":
+        return dispatch.TierChoice("online_block", one_pass=True, pack=pack,
+                                   block=dispatch.uncached_block_size(cols, pack, th.uncached_packs_per_thread))
+    if tier == "online_warp":
+        return dispatch.choose_online(cols, pack, dispatch.with_overrides(th, online_warp_max_cols=cols))
+    raise ValueError(f"online_softmax has tiers online_warp and online_block, not {tier!r}")
+
+
+def _forced_choice(op, direction, cols, pack, th, tier, block, one_pass, occupancy, smem_needed):
+    """The choice when a test or a tuning run forces `tier`."""
+    if tier == "warp":
+        shape = dispatch.warp_shape(cols, pack, direction, th.small_group_rows, th.full_warp_rows)
+        if shape is None:
+            raise ValueError(f"the warp tier holds at most {dispatch.warp_shapes(pack, direction)[-1].max_cols} "
+                             f"columns in {pack}-element packs; got cols={cols}")
+        return dispatch.TierChoice("warp", warp=shape, pack=pack)
+    if tier == "smem":
+        table = occupancy()
+        size = block or dispatch.block_size_by_occupancy(table, th.block_rule)
+        if size is None or table.get(size, 0) < 1:
+            raise ValueError(f"the shared-memory tier cannot launch cols={cols} ({smem_needed} bytes per row) "
+                             f"with {size or 128} threads on this device")
+        return dispatch.TierChoice("smem", block=size, one_pass=one_pass, pack=pack)
+    if tier == "registers":
+        shape = dispatch.registers_shape(cols, pack) if direction == "forward" else None
+        if shape is None:
+            raise ValueError(f"the registers tier runs forward rows in 16-byte packs of at most "
+                             f"{dispatch.REGISTER_SHAPES[-1][0] * dispatch.REGISTER_SHAPES[-1][1]} packs; "
+                             f"got {op} cols={cols} with {pack}-element packs")
+        if block is not None:
+            raise ValueError("the registers tier's block size follows from cols; do not force one")
+        return dispatch.TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
+    if tier == "uncached":
+        return dispatch.TierChoice("uncached", one_pass=one_pass, pack=pack,
+                                   block=dispatch.uncached_block_size(cols, pack, th.uncached_packs_per_thread))
+    raise ValueError(f"tier must be warp, registers, smem or uncached for {op}, got {tier!r}")

@@ -1,0 +1,166 @@
+"""The kernel families' shared shape on the CPU: pure plans (no torch, no CuPy), the one Launch
+type, and launchers that plan a shape once and then only enqueue (issue 31's host cost)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bwbench.cuda.launch_spec import MAX_GRID, Launch, grid_blocks
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+PLANS = ("bwbench.cuda.softmax.plan", "bwbench.cuda.norm.plan", "bwbench.cuda.permute.plan",
+         "bwbench.cuda.bitmask.plan", "bwbench.cuda.bn_relu.plan")
+
+
+def test_plans_import_without_torch_or_cupy():
+    code = ("import sys\nsys.modules['torch'] = None\nsys.modules['cupy'] = None\n"
+            + "".join(f"import {name}\n" for name in PLANS) + "import bwbench.philox\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_launch_normalises_and_checks_its_dimensions():
+    spec = Launch("k<1>", 5, (32, 4), shared_mem=16)
+    assert spec.grid == (5,) and spec.block == (32, 4) and spec.threads == 128 and spec.blocks == 5
+    with pytest.raises(ValueError):
+        Launch("k", 0, 32)
+    with pytest.raises(ValueError):
+        Launch("k", 1, (1, 1, 1, 1))
+    with pytest.raises(ValueError):
+        Launch("k", 1, 32, shared_mem=-1)
+
+
+def test_grid_blocks_caps_at_waves_or_the_largest_grid():
+    assert grid_blocks(10_000, blocks_per_sm=4, sms=132, waves=1) == 528
+    assert grid_blocks(10_000, 4, 132, waves=None) == 10_000
+    assert grid_blocks(0, 4, 132) == 1
+    assert grid_blocks(2**40, 4, 132, waves=None) == MAX_GRID
+
+
+class FakeDevice:
+    """DeviceQueries answered from a table: every kernel fits 8 blocks of 128 threads an SM and
+    227 KiB of dynamic shared memory (an H100-like budget)."""
+
+    sms = 132
+
+    def __init__(self) -> None:
+        self.asked: list[tuple] = []
+
+    def smem_limit(self, kernel: str) -> int:
+        self.asked.append(("limit", kernel))
+        return 227 * 1024
+
+    def blocks_per_sm(self, kernel: str, threads: int, smem: int) -> int:
+        self.asked.append(("occupancy", kernel, threads, smem))
+        by_smem = (227 * 1024) // smem if smem else 32
+        return max(0, min(2048 // threads, by_smem, 32))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "online_softmax", "softmax_backward",
+                                "log_softmax_backward"])
+@pytest.mark.parametrize("cols", [1, 33, 1000, 1024, 4096, 4097, 32768, 300_000])
+def test_softmax_plans_name_declared_kernels(op, cols):
+    from bwbench.cuda.softmax import dispatch
+    from bwbench.cuda.softmax.plan import OPERATIONS, plan
+
+    direction = OPERATIONS[op][0]
+    for ctype in ("half_t", "float"):
+        pack = dispatch.pack_elements(dispatch.ITEMSIZE[ctype], cols, True)
+        chosen = plan(op, 49152, cols, ctype, pack, FakeDevice())
+        assert chosen.launch.kernel in dispatch.kernel_names(ctype, direction)
+        assert chosen.launch.tier == chosen.tier and chosen.grid >= 1 and chosen.block in (128, 256, 512, 1024)
+        small = plan(op, 49152, cols, ctype, pack, FakeDevice(), grid_waves=1)
+        assert small.grid <= chosen.grid and small.choice == chosen.choice
+
+
+def _count_calls(monkeypatch, module, name: str) -> list:
+    calls: list = []
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+class FakeModule:
+    def kernel(self, name: str):
+        return ("kernel", name)
+
+
+def test_softmax_launcher_plans_a_shape_once(monkeypatch):
+    from bwbench.cuda.softmax import launch
+
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "load", lambda source: FakeModule())
+    monkeypatch.setattr(launch, "_Queries", lambda module, device: FakeDevice())
+    calls = _count_calls(monkeypatch, launch, "plan")
+    first = launch.plan_launch("softmax", 4096, 1024, torch.float16, device=0)
+    again = launch.plan_launch("softmax", 4096, 1024, torch.float16, device=0)
+    assert again is first and len(calls) == 1
+    launch.plan_launch("softmax", 4096, 2048, torch.float16, device=0)
+    launch.plan_launch("softmax", 4096, 1024, torch.float32, device=0)
+    launch.plan_launch("softmax", 4096, 1024, torch.float16, device=0, grid_waves=1)
+    assert len(calls) == 4
+    with pytest.raises(TypeError, match="unknown options"):
+        launch.plan_launch("softmax", 4096, 1024, torch.float16, device=0, colour=1)
+
+
+def test_norm_launcher_plans_a_shape_once(monkeypatch):
+    from bwbench.cuda.norm import launch
+
+    monkeypatch.setattr(launch, "_MODELS", {})
+    monkeypatch.setattr(launch, "load", lambda source: FakeModule())
+    monkeypatch.setattr(launch, "max_shared_memory_per_block", lambda device: 227 * 1024)
+    monkeypatch.setattr(launch, "max_active_blocks_per_sm", lambda kernel, threads, smem, device: 4)
+    calls = _count_calls(monkeypatch, launch, "plan")
+    for _ in range(3):
+        launch._model(0, 4096, torch.float16, False, 8, None, None)
+    assert len(calls) == 1
+    launch._model(0, 4096, torch.float16, True, 8, None, None)
+    assert len(calls) == 2
+
+
+def test_permute_launch_is_planned_and_packed_once(monkeypatch):
+    from bwbench.cuda.permute import launch
+
+    launch._cached.cache_clear()
+    calls = _count_calls(monkeypatch, launch, "plan_permute")
+    first = launch._cached((33, 1000, 1000), (0, 2, 1), 2, 0, 0, None)
+    again = launch._cached((33, 1000, 1000), (0, 2, 1), 2, 0, 0, None)
+    assert again is first and len(calls) == 1
+    plan, spec = first
+    assert spec.kernel in launch.OPTIMIZED.name_expressions and spec.blocks == plan.kernel.blocks
+    assert all(isinstance(a, np.generic) for a in spec.args)
+    launch._cached.cache_clear()
+
+
+def test_build_options_are_the_nvrtc_options_from_the_environment(monkeypatch):
+    from bwbench.cuda import build_options
+    from bwbench.cuda.loader import EXTRA_OPTIONS_ENV
+
+    monkeypatch.delenv(EXTRA_OPTIONS_ENV, raising=False)
+    assert build_options() == {}
+    monkeypatch.setenv(EXTRA_OPTIONS_ENV, "-lineinfo  -DX=1")
+    assert build_options() == {EXTRA_OPTIONS_ENV: "-lineinfo -DX=1"}
+
+
+def test_no_kernel_has_a_build_switch():
+    """Kernels have no #ifdef/#ifndef switches of their own (only include guards and the arch
+    checks): what runs is what the sources say, for every run."""
+    import re
+
+    from bwbench.paths import kernels_dir
+
+    for path in sorted(kernels_dir().glob("*.cu*")):
+        for line in path.read_text().splitlines():
+            if re.match(r"\s*#\s*if", line):
+                assert "__CUDA_ARCH__" in line, f"{path.name}: {line.strip()}"
