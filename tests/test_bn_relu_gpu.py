@@ -21,12 +21,12 @@ DTYPES = ["float16", "float32"]
 
 
 def _suite_module():
+    """suites/bn_relu.py as discovery imports it (inside the suites' package, so its relative import
+    of _bn_relu_reference resolves)."""
+    from bwbench.discovery import _package_for
     from bwbench.paths import suites_dir
 
-    spec = importlib.util.spec_from_file_location("_bn_relu_gpu_suite", suites_dir() / "bn_relu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"{_package_for(suites_dir())}.bn_relu")
 
 
 MOD = _suite_module()

@@ -11,6 +11,7 @@ plan pulls in neither torch nor CuPy.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Callable
 
 __all__ = ["FAMILIES", "build_options", "lazy_exports"]
@@ -27,7 +28,9 @@ def lazy_exports(package: str, **modules: str) -> tuple[Callable[[str], Any], li
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(f"{package}.{module}"), name)
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        setattr(sys.modules[package], name, value)  # later lookups skip this function (launch host cost)
+        return value
 
     return __getattr__, sorted(where)
 
