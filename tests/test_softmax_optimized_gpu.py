@@ -18,6 +18,7 @@ exp(y) * sum(dy) cancels likewise, and exp(y) * sum(dy) reaches ~5).
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 
 import pytest
@@ -456,9 +457,11 @@ def test_suite_implementations_match_the_reference_at_odd_shapes(suite_name, dty
 
     suite = get_suite(suite_name)
     generator = torch.Generator(device="cuda")
-    names = [n for n in suite.implementations if n != "compiled" and (suite_name != "softmax" or n in ("optimized", "online"))]
+    # The implementations under test must be right; baselines (naive, cuDNN, torch, peers) outside
+    # tolerance are timed and shown as inexact by a run, not failed, so they are not asserted here.
+    names = [n for n, impl in suite.implementations.items() if not impl.is_baseline]
     for case in suite.cases([dtype], {"rows": [1, 7, 256], "cols": [1, 33, 1000, 1024, 4097]}):
-        generator.manual_seed(hash(case.id) % 2**31)
+        generator.manual_seed(zlib.crc32(case.id.encode()))  # the same inputs in every process
         inputs = suite.make_inputs(case, generator)
         reference = suite.compute_reference(**inputs)
         for name in names:
