@@ -435,7 +435,7 @@ def report_cmd(
     def build():
         from .report import ReportFilterError, filter_documents
         from .results import read_document
-        from .summary import run_labels
+        from .summary import merge_same_gpu, run_labels
 
         target = output or files[0].with_suffix(".html")
         check_report_output(target, files)
@@ -445,7 +445,8 @@ def report_cmd(
                 docs.append(read_document(path))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-        labels = run_labels([d.environment.get("gpu_name") for d in docs], [p.stem for p in files])
+        docs, stems = merge_same_gpu(docs, [p.stem for p in files])
+        labels = run_labels([d.environment.get("gpu_name") for d in docs], stems)
         try:
             documents = filter_documents(list(zip(labels, docs)), split_list(suite), split_list(impl), split_list(dtype))
         except ReportFilterError as err:

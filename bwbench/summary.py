@@ -213,3 +213,35 @@ def run_labels(names: Sequence[str | None], stems: Sequence[str]) -> list[str]:
     if len(set(labels)) < len(labels):
         labels = [f"{label} #{i + 1}" for i, label in enumerate(labels)]
     return labels
+
+
+def merge_same_gpu(documents: Sequence[Any], stems: Sequence[str]) -> tuple[list[Any], list[str]]:
+    """Results files of one GPU model that measured different suites, as one run each.
+
+    A GPU's reference is often kept as one file per suite; read as separate runs they would compare
+    softmax on the H100 with bn_relu on the H100. Files of the same GPU model whose (suite, dtype)
+    pairs do not overlap are joined, in the order given (the first file's environment stands for
+    the run); a file that repeats a pair stays its own run, so two runs of one suite still compare.
+    Returns the documents and their stems (joined stems with '+')."""
+    from dataclasses import replace
+
+    merged: list[Any] = []
+    names: list[str] = []
+    pairs: list[set] = []
+    for doc, stem in zip(documents, stems):
+        mine = {(r.suite, r.dtype) for r in doc.records}
+        gpu = doc.environment.get("gpu_name")
+        for i, other in enumerate(merged):
+            if other.environment.get("gpu_name") == gpu and not (pairs[i] & mine):
+                merged[i] = replace(other, records=list(other.records) + list(doc.records),
+                                    suites={**other.suites, **doc.suites},
+                                    complete=other.complete and doc.complete,
+                                    interrupted=other.interrupted or doc.interrupted)
+                names[i] = f"{names[i]}+{stem}"
+                pairs[i] |= mine
+                break
+        else:
+            merged.append(doc)
+            names.append(stem)
+            pairs.append(mine)
+    return merged, names

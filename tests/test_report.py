@@ -482,3 +482,19 @@ def test_page_errors_section_only_shows_when_there_are_errors():
     page = report.render_html([("H100", make_document())])
     assert '<section id="bwbench-page-errors" hidden>' in page
     assert "box.hidden = false" in page  # the collector reveals it on the first error
+
+
+def test_files_of_one_gpu_with_different_suites_are_one_run():
+    from dataclasses import replace
+
+    from bwbench.summary import merge_same_gpu
+
+    h100 = make_document("NVIDIA H100 80GB HBM3")
+    other_suite = replace(h100, records=[replace(r, suite="log_softmax") for r in h100.records])
+    again = make_document("NVIDIA H100 80GB HBM3")  # the same suite again: a second run, kept apart
+    h200 = make_document("NVIDIA H200", peak=4800.0, speed=1.4)
+    docs, stems = merge_same_gpu([h100, other_suite, again, h200], ["a", "b", "c", "d"])
+    assert stems == ["a+b", "c", "d"]
+    assert len(docs[0].records) == 2 * len(h100.records)
+    assert {r.suite for r in docs[0].records} == {"softmax", "log_softmax"}
+    assert docs[1] is again and docs[2] is h200
