@@ -19,3 +19,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def device():
+    """CUDA device 0 (GPU tests only)."""
+    from bwbench.device import require_cuda
+
+    return require_cuda(0)
+
+
+@pytest.fixture(scope="module")
+def facts(device):
+    """The device's facts: L2 size, clocks, peak (GPU tests only)."""
+    from bwbench.device import query_device
+
+    return query_device(device)

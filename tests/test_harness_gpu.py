@@ -12,20 +12,6 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def device():
-    from bwbench.device import require_cuda
-
-    return require_cuda(0)
-
-
-@pytest.fixture(scope="module")
-def facts(device):
-    from bwbench.device import query_device
-
-    return query_device(device)
-
-
-@pytest.fixture(scope="module")
 def timer(device, facts):
     from bwbench.stats import SamplingPolicy
     from bwbench.timing import Timer
