@@ -155,10 +155,7 @@ class Session:
             ceiling = measure_copy_ceiling(timer, facts.copy_bytes)
             facts.copy_gbps, facts.copy_gbps_by_method = ceiling.gbps, ceiling.gbps_by_method
         probe = Telemetry(facts.gpu_uuid, facts.gpu_index) if telemetry else None
-        from .cuda import build_options
-
-        environment = {**facts.to_dict(), "build_options": build_options()}
-        return cls(device, environment, timer, settings, probe)
+        return cls(device, facts.to_dict(), timer, settings, probe)  # kernel_options: the build's NVRTC options
 
     # --- a run --------------------------------------------------------------------------
     def document(self, plans: Sequence[SuitePlan], options: dict[str, Any] | None = None) -> RunDocument:
