@@ -57,7 +57,7 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterable[str] | str | None = None,
-         quick: bool = False, **axes: Any) -> list[SuitePlan]:
+         quick: bool = False, preset: str | None = None, **axes: Any) -> list[SuitePlan]:
     """The plans a run would measure, chosen and checked before any GPU work (SelectionError on
     a name, dtype or axis the suite does not have)."""
     from .discovery import resolve
@@ -67,12 +67,12 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
     plans = []
     for suite in resolve(suite_or_path):
         plans.append(SuitePlan(suite, suite.select_impls(impl_names),
-                               suite.cases(dtype_names, _axis_values(suite, axes), quick=quick)))
+                               suite.cases(dtype_names, _axis_values(suite, axes), quick=quick, preset=preset)))
     return plans
 
 
 def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iterable[str] | str | None = None,
-        quick: bool = False, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold", timer: str = "auto",
+        quick: bool = False, preset: str | None = None, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold", timer: str = "auto",
         seed: int = 0, max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20, **axes: Any):
     """Check and time a suite as `bwbench run` does; returns the records as a pandas DataFrame.
 
@@ -82,7 +82,7 @@ def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iter
     """
     from .results import to_frame
 
-    plans = plan(suite_or_path, impls, dtypes, quick, **axes)
+    plans = plan(suite_or_path, impls, dtypes, quick, preset, **axes)
     settings = SessionSettings(timing=timing, seed=seed, policy=_policy(max_time, noise, min_samples), timer=timer)
     session = Session.open(gpu, settings)
     document = session.run(plans, output=Path(output) if output is not None else None,

@@ -166,6 +166,7 @@ def run(
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
     quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="A named sweep of the suite instead of its default one: `models` (shapes of real models), `odd` (non-power-of-two and prime widths); `bwbench list` shows each suite's presets."),
     timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
     timer: str = typer.Option("auto", "--timer", help="Clock of cold samples: cupti (kernel and copy times from CUPTI; needs the cupti extra, cupti-python 13.0.x), events (CUDA events around each call, which add about 2 µs), auto (cupti where it works, else events; default)."),
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
@@ -214,7 +215,8 @@ def run(
         for chosen in resolve(suite):
             impls = chosen.select_impls(split_list(impl))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
-            plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick)))
+            plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick,
+                                                               preset=preset)))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
         check_run_outputs(out, name, force, [baseline] if baseline else [])
         return plans, parse_size(copy_size), gates
@@ -224,11 +226,11 @@ def run(
         from .fleet.command import FleetOptions, FleetOutput, request_from_plans, run_fleet
 
         request = request_from_plans(plans, split_list(impl), split_list(dtype), parse_axis_args(list(ctx.args), axis),
-                                     quick=quick, timing=timing, max_time=max_time, noise=noise,
+                                     quick=quick, preset=preset, timing=timing, max_time=max_time, noise=noise,
                                      min_samples=min_samples, seed=seed, copy_bytes=copy_bytes, timer=timer)
         raise typer.Exit(_guard(lambda: run_fleet(
             request, FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold), FleetOutput(out, name, report),
-            {"suite": suite, "dtype": dtype, "impl": impl, "axes": request.axes, "quick": quick, "timing": timing, "timer": timer,
+            {"suite": suite, "dtype": dtype, "impl": impl, "axes": request.axes, "quick": quick, "preset": preset, "timing": timing, "timer": timer,
              "max_time": max_time, "noise": noise, "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
             {p.suite.name: p.suite.describe() for p in plans}, console,
             records_per_gpu=sum(len(p.cases) * (len(p.impls) + 1) for p in plans),
@@ -238,7 +240,7 @@ def run(
     code = _guard(lambda: _run_measured(
         plans, settings, out, name, report, gpu, gates, force=force, protected=[baseline] if baseline else [],
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
-                 "quick": quick, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
+                 "quick": quick, "preset": preset, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
         store_path=None if no_store else (store or out / "bwbench-history.sqlite")))
     raise typer.Exit(code)

@@ -221,6 +221,10 @@ class Suite:
     domains: dict[str, Callable[[Any], str | None]] = field(default_factory=dict)
     """Per axis, the values it may take (bwbench.domains: positive_int, open_unit_interval, ...):
     every case is checked against them before any GPU work."""
+    presets: dict[str, list[dict[str, list[Any]]]] = field(default_factory=dict)
+    """Named sweeps beside the default one (`bwbench run SUITE --preset models`): each a list of
+    blocks, a block being axis values whose cartesian product is swept (axes a block leaves out
+    take the suite's defaults). Shapes from real models, odd widths: what no power-of-two sweep shows."""
 
     def __post_init__(self) -> None:
         if self.points is not None:
@@ -238,6 +242,12 @@ class Suite:
         for axis in self.quick:
             if axis not in self.axes:
                 raise SuiteDefinitionError(f"suite {self.name!r}: quick axis {axis!r} is not an axis")
+        for preset, blocks in self.presets.items():
+            if not blocks or any(not block or set(block) - set(self.axes) for block in blocks):
+                raise SuiteDefinitionError(f"suite {self.name!r}: preset {preset!r} must be blocks of the "
+                                           f"suite's axes ({', '.join(self.axes)})")
+            if self.points is not None:
+                raise SuiteDefinitionError(f"suite {self.name!r}: presets need a cartesian sweep, not points")
         for dtype in self.dtypes:
             if dtype not in DTYPE_ITEMSIZE:
                 raise SuiteDefinitionError(f"suite {self.name!r}: unknown dtype {dtype!r}")
@@ -257,6 +267,8 @@ class Suite:
         try:
             check_domains(self.name, self.domains, self.points or [{a: v} for a, vals in self.axes.items() for v in vals])
             check_domains(self.name, self.domains, [{a: v} for a, vals in self.quick.items() for v in vals])
+            check_domains(self.name, self.domains, [{a: v} for blocks in self.presets.values() for block in blocks
+                                                    for a, vals in block.items() for v in vals])
         except (ValueError, DomainError) as err:
             raise SuiteDefinitionError(f"suite {self.name!r}'s own axis values: {err}") from None
 
@@ -379,10 +391,14 @@ class Suite:
         return values
 
     def cases(self, dtypes: Iterable[str] | None = None, axis_values: Mapping[str, list[Any]] | None = None,
-              quick: bool = False) -> list[Case]:
+              quick: bool = False, preset: str | None = None) -> list[Case]:
         """The sweep: the cartesian product of the axes (quick values and user values replacing them),
-        or, for a suite of explicit points, the points matching the user's values."""
-        chosen = self._sweep(dtypes, axis_values, quick)
+        or, for a suite of explicit points, the points matching the user's values; with `preset`,
+        the preset's blocks one after another (user values replacing an axis in every block)."""
+        if preset is not None:
+            chosen = self._preset_cases(preset, dtypes, axis_values or {}, quick)
+        else:
+            chosen = self._sweep(dtypes, axis_values, quick)
         from .domains import DomainError, check_domains
 
         try:
@@ -412,6 +428,18 @@ class Suite:
                 for dtype in chosen_dtypes
                 for combo in itertools.product(*(axes[n] for n in names))]
 
+    def _preset_cases(self, preset: str, dtypes, axis_values: Mapping[str, list[Any]], quick: bool) -> list[Case]:
+        if preset not in self.presets:
+            known = ", ".join(self.presets) or "none"
+            raise SelectionError(f"suite {self.name!r} has no preset {preset!r}; presets: {known}")
+        if quick:
+            raise SelectionError("--quick and --preset each choose the sweep: give one of them")
+        cases: dict[tuple, Case] = {}
+        for block in self.presets[preset]:
+            for case in self._sweep(dtypes, {**block, **axis_values}, False):
+                cases.setdefault((tuple(case.params.items()), case.dtype), case)
+        return list(cases.values())
+
     def _point_cases(self, dtypes, axis_values: Mapping[str, list[Any]], quick: bool) -> list[Case]:
         for axis in axis_values:
             if axis not in self.axes:
@@ -437,6 +465,8 @@ class Suite:
             "axes": {k: [format_value(v) for v in vals] for k, vals in self.axes.items()},
             "x_axis": self.x_axis,
             "dtypes": list(self.dtypes),
+            "presets": {name: [{k: [format_value(v) for v in vals] for k, vals in block.items()} for block in blocks]
+                        for name, blocks in self.presets.items()},
             "implementations": {i.name: {"kind": i.kind, "role": i.role, "description": i.description}
                                 for i in self.implementations.values()},
         }

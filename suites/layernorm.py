@@ -20,6 +20,8 @@ import torch
 from bwbench.domains import positive_float, positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
+from ._shapes import NORM_PRESETS
+
 Y_MIN_ATOL = 1e-5
 STATS_TOLERANCES = (Tolerance(rtol=1e-5, atol=1e-6), Tolerance(rtol=1e-5, atol=0.0))
 DTYPES = ["float16", "bfloat16", "float32"]
@@ -32,6 +34,7 @@ suite = Suite(
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
     domains={"rows": positive_int, "cols": positive_int, "eps": positive_float},
+    presets=NORM_PRESETS,
     tolerances={
         dtype: (Tolerance(DEFAULT_TOLERANCES[dtype].rtol, max(DEFAULT_TOLERANCES[dtype].atol, Y_MIN_ATOL)),
                 *STATS_TOLERANCES)

@@ -16,6 +16,8 @@ import torch
 from bwbench.domains import positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
+from ._shapes import SOFTMAX_PRESETS
+
 suite = Suite(
     "log_softmax",
     "y = log_softmax(x, dim=-1) for x of shape (rows, cols)",
@@ -24,6 +26,7 @@ suite = Suite(
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
     domains={"rows": positive_int, "cols": positive_int},
+    presets=SOFTMAX_PRESETS,
     tolerances={**DEFAULT_TOLERANCES, "float32": Tolerance(rtol=1e-5, atol=1e-6)},
 )
 

@@ -14,6 +14,8 @@ import torch
 from bwbench.domains import positive_float, positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
+from ._shapes import NORM_PRESETS
+
 RSTD_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0)
 DTYPES = ["float16", "bfloat16", "float32"]
 
@@ -25,6 +27,7 @@ suite = Suite(
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
     domains={"rows": positive_int, "cols": positive_int, "eps": positive_float},
+    presets=NORM_PRESETS,
     tolerances={dtype: (DEFAULT_TOLERANCES[dtype], RSTD_TOLERANCE) for dtype in DTYPES},
 )
 

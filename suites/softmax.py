@@ -10,6 +10,8 @@ import torch
 from bwbench.domains import positive_int
 from bwbench.suite import Suite, Traffic, compile_per_case, pow2
 
+from ._shapes import SOFTMAX_PRESETS
+
 suite = Suite(
     "softmax",
     "y = softmax(x, dim=-1) for x of shape (rows, cols)",
@@ -18,6 +20,7 @@ suite = Suite(
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
     domains={"rows": positive_int, "cols": positive_int},
+    presets=SOFTMAX_PRESETS,
 )
 
 

@@ -27,6 +27,8 @@ import torch
 from bwbench.domains import positive_int
 from bwbench.suite import DEFAULT_TOLERANCES, Suite, Tolerance, Traffic, compile_per_case, pow2
 
+from ._shapes import SOFTMAX_PRESETS
+
 suite = Suite(
     "softmax_backward",
     "dx = y * (dy - sum(dy * y, -1)) for y = softmax(x), dy of shape (rows, cols)",
@@ -35,6 +37,7 @@ suite = Suite(
     quick={"rows": [4096], "cols": [32, 1024, 32768]},
     x_axis="cols",
     domains={"rows": positive_int, "cols": positive_int},
+    presets=SOFTMAX_PRESETS,
     tolerances={
         "float16": Tolerance(rtol=DEFAULT_TOLERANCES["float16"].rtol, atol=2e-4),
         "bfloat16": Tolerance(rtol=DEFAULT_TOLERANCES["bfloat16"].rtol, atol=1.5e-3),

@@ -26,6 +26,8 @@ class RunRequest:
     axes: dict[str, list[str]] = field(default_factory=dict)
     """Axis values as text, per axis name (the worker parses them with the suite's own axis types)."""
     quick: bool = False
+    preset: str | None = None
+    """A named sweep of the suites (Suite.presets) instead of their default ones."""
     timing: str = "cold"
     max_time: float = 1.0
     noise: float = 0.002

@@ -85,7 +85,8 @@ def build_plans(request: RunRequest) -> list:
         suite = get_suite(name)
         impls = suite.select_impls(list(request.impls))
         values = {axis: suite.parse_axis_values(axis, texts) for axis, texts in request.axes.items()}
-        plans.append(SuitePlan(suite, impls, suite.cases(list(request.dtypes), values, quick=request.quick)))
+        plans.append(SuitePlan(suite, impls, suite.cases(list(request.dtypes), values, quick=request.quick,
+                                                        preset=request.preset)))
     return plans
 
 
