@@ -121,7 +121,7 @@ __device__ __forceinline__ void forward_chunk(const Keep& keep, const T* __restr
 // chunks per step (all loaded before any is used) were 10-20% slower for ReLU and no faster for
 // dropout; loading the warp's next chunk before drawing this one's bits (software pipelining, 4
 // more registers, or launch bounds to keep 5-6 blocks an SM) made the dropout forward 6-14% slower
-// (scripts/bitmask_ab.py, notes/bitmask.md).
+// (docs/bitmask.md).
 template <typename T, bool Aligned, bool MaskBytes, typename Keep>
 __device__ __forceinline__ void masked_forward(const Keep& keep, const T* __restrict__ x, T* __restrict__ y,
                                                void* __restrict__ mask, float scale, i64 n) {

@@ -1,6 +1,6 @@
 // Permute / transpose: y = x.permute(perm).contiguous() for a contiguous x (OneFlow's permute article).
 //
-// Three kernels, planned on the host by bwbench/permute_plan.py:
+// Three kernels, planned on the host by bwbench/cuda/permute/plan.py:
 //
 // - permute_gather<BYTES, I, THREADS, UNROLL>: the input's last dimension stays the output's last.
 //   Each thread moves UNROLL units of BYTES bytes (1..16: the last dimension moved in the widest access its
@@ -60,7 +60,7 @@ constexpr int MAX_BATCH_DIMS = MAX_DIMS - 2;
 constexpr int NAIVE_THREADS = 256;
 
 // Division by a runtime constant d (1 <= d < 2^31) of any 0 <= n < 2^31, as multiply-high, add and
-// shift. `packed` is (magic << 32) | d from permute_plan.divider32; the shift ceil(log2 d) is
+// shift. `packed` is (magic << 32) | d from plan.divider32; the shift ceil(log2 d) is
 // recomputed here (32 - clz(d - 1) is 0 for d = 1).
 struct Div32 {
     unsigned d, magic, shift;

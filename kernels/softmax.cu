@@ -1,6 +1,6 @@
 // The optimized softmax family, after OneFlow's softmax.cuh (see ../shared/seeds/000_*.txt):
 // softmax and log-softmax forward, their backward, and the online-normalizer forward, each in the
-// article's tiers. bwbench/cuda/softmax_dispatch.py picks the tier and the template arguments;
+// article's tiers. bwbench/cuda/softmax/dispatch.py picks the tier and the template arguments;
 // bwbench/cuda/softmax.py launches.
 //
 //   warp tier      a thread group of G lanes (1 .. 32) per row, the row held in registers
@@ -388,7 +388,7 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
 // storage type (raw 16-byte packs), converted to float once for the sum and again for dx: half
 // the registers of floats for half and bfloat16. Against floats with the same 16-byte loads
 // (H200): even for half, bfloat16 3% faster at 512 columns and 14% at 1024
-// (notes/softmax.md; the experiment script is in commit e78095e).
+// (docs/softmax.md).
 // =============================================================================================
 
 template <typename T, int Algo, int P, int NP, int G, int R>

@@ -263,7 +263,7 @@ def test_default_thresholds_are_valid_and_measured_choices():
     assert s.DEFAULT_THRESHOLDS["forward"].one_pass and not s.DEFAULT_THRESHOLDS["backward"].one_pass
     assert s.DEFAULT_THRESHOLDS["forward"].warp_max_cols == 2048
     assert s.DEFAULT_THRESHOLDS["backward"].warp_max_cols == 1024
-    for key in ("forward", "backward"):  # picked on the H200 (notes/softmax.md)
+    for key in ("forward", "backward"):  # picked on the H200 (docs/softmax.md)
         th = s.DEFAULT_THRESHOLDS[key]
         assert (th.small_group_rows, th.full_warp_rows, th.block_rule) == (1, 1, "threads")
 

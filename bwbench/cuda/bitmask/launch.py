@@ -91,7 +91,7 @@ def _aligned(*tensors: torch.Tensor) -> str:
 
 def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
     """Launch with one wave of grid-striding blocks, or (waves=None) a thread for every piece of
-    work. On an H200 (2^28 halves, notes/bitmask.md) the ReLU forward ran at 98% of copy with a
+    work. On an H200 (2^28 halves, docs/bitmask.md) the ReLU forward ran at 98% of copy with a
     thread per chunk against 90% with one wave, and the aligned backward at 98% with a warp per mask
     line against 94%. The dropout forward: see plan.DROPOUT_CHUNK_GRID_MIN_BYTES. The kernel and
     its occupancy are looked up once per device, the launch once per grid."""

@@ -73,7 +73,7 @@ class GatherConfig:
 
 GATHER_CONFIG = GatherConfig(threads=256, unroll=1)
 """The gather kernel used: small blocks (4 KB of 16-byte units) keep the last wave short, and one
-16-byte read per thread already keeps enough in flight (measured on an H200, notes/permute.md)."""
+16-byte read per thread already keeps enough in flight (measured on an H200, docs/permute.md)."""
 
 
 @dataclass(frozen=True)
@@ -209,11 +209,11 @@ whole-sector writes save, so odd-width float16 keeps permute_tiled."""
 
 WRITE_ALIGN: dict[int, int] = {1: 32, 2: 32, 4: 32, 8: 32}
 """The piece output rows are written in where their starts are not aligned to it (a 32-byte DRAM
-sector). Measured on an H100 (cold, scripts/permute_configs.py), by (0,2,1): float16 33x1000x1000 86% of
+sector). Measured on an H100 (cold), by (0,2,1): float16 33x1000x1000 86% of
 copy with the plain tile, 97% with whole sectors; float16 33x1001x1024 79% -> 100%; float32
 33x1001x1001 74% -> 97%. DRAM bytes stay the same (Nsight Compute): the partial sectors cost L2 write
 requests and DRAM efficiency, not traffic. Pieces of 64 and 128 bytes (more rows read twice) measured
-1-3 points below 32 (notes/permute.md)."""
+1-3 points below 32 (docs/permute.md)."""
 
 TILE_SIDES: dict[int, tuple[int, ...]] = {1: (128,), 2: (64, 32), 4: (64, 32), 8: (32,)}
 """Tile sides by element size, the large first: rows of 128 or 256 bytes. The second, where there is
@@ -222,13 +222,13 @@ one, is used for small problems (see SMALL_PROBLEM_BLOCKS)."""
 SMALL_PROBLEM_BLOCKS: dict[int, int] = {2: 512, 4: 2048}
 """Below this many large tiles the small tile is used: with few tiles per SM the last wave of large
 ones leaves SMs idle. Half rows of a 32-element tile are only 64 bytes, so float16 switches only for
-tiny problems. Measured on an H200 (notes/permute.md)."""
+tiny problems. Measured on an H200 (docs/permute.md)."""
 
 
 WIDE_TILE_CONFIGS: tuple[TileConfig, ...] = tuple(
     TileConfig(size, 16 // size, 16 // size, 64, threads) for size in (2, 4) for threads in (128, 256))
 """Large tiles moving 16-byte packs on both sides (8 halves or 4 floats an access), for sides that
-are multiples of the pack. On an H100 (scripts/permute_configs.py, cold) these were the fastest or
+are multiples of the pack. On an H100 (cold) these were the fastest or
 within 1% of it on most large float16 transposes and on float32 matrices of 8192 columns; the same
 packs in 32 x 32 tiles of 64 or 128 threads (the tile torch.compile's Triton kernel takes for a small
 half transpose) were 2-5% slower than 64 x 64 tiles, and were dropped."""
