@@ -25,8 +25,6 @@ SCHEMA_VERSION = 2
 """Bumped whenever Record, Check or RunDocument gain, lose or retype a field (a test compares
 FIELDS_DIGEST with the dataclasses and fails until both are updated, with docs/results-schema.json)."""
 SCHEMA = f"bwbench.results/{SCHEMA_VERSION}"
-READABLE_SCHEMAS = ("bwbench.results/1", SCHEMA)
-"""Versions this reader accepts: fields added since an older version take their defaults."""
 FIELDS_DIGEST = "ac3bad2593ebded5"
 
 STATUSES = ("ok", "failed", "skipped")
@@ -141,59 +139,6 @@ class RunDocument:
             **fleet,
             "records": [r.to_dict() for r in self.records],
         }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunDocument":
-        schema = data.get("schema")
-        if schema not in READABLE_SCHEMAS:
-            raise ValueError(f"not a bwbench results file (schema {schema!r}, expected one of {READABLE_SCHEMAS})")
-        return cls(
-            environment=data.get("environment", {}),
-            options=data.get("options", {}),
-            suites=data.get("suites", {}),
-            records=[record_from_dict(r, i) for i, r in enumerate(data.get("records", []))],
-            complete=bool(data.get("complete")),
-            interrupted=bool(data.get("interrupted")),
-            schema=schema,
-            gpus=data.get("gpus"),
-            health=data.get("health"),
-        )
-
-
-def record_from_dict(data: Any, index: int = 0) -> Record:
-    """A Record from its JSON form: keys it does not know (a newer writer's fields) are ignored,
-    fields an older file lacks take their defaults, and a missing or mistyped field is a
-    ValueError naming record and field."""
-    from dataclasses import MISSING, fields
-
-    if not isinstance(data, dict):
-        raise ValueError(f"records[{index}] is not an object")
-    known = {f.name: f for f in fields(Record)}
-    for name, f in known.items():
-        if name not in data and f.default is MISSING and f.default_factory is MISSING:
-            raise ValueError(f"records[{index}] has no field {name!r}")
-    for name, kinds in _FIELD_CHECKS.items():
-        value = data.get(name)
-        if value is not None and not isinstance(value, kinds):
-            raise ValueError(f"records[{index}].{name} is {type(value).__name__}, not {kinds[0].__name__}")
-    if data.get("samples_us") is not None and not isinstance(data["samples_us"], list):
-        raise ValueError(f"records[{index}].samples_us is not a list")
-    values = {k: v for k, v in data.items() if k in known}
-    if values.get("samples_us") is None:
-        values.pop("samples_us", None)
-    try:
-        return Record(**values)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"records[{index}]: {err}") from None
-
-
-_FIELD_CHECKS: dict[str, tuple[type, ...]] = {
-    "suite": (str,), "case": (str,), "dtype": (str,), "impl": (str,), "kind": (str,), "status": (str,),
-    "params": (dict,), "stats": (dict,), "check": (dict,), "telemetry": (dict,), "extra": (dict,),
-    "gbps": (float, int), "copy_gbps": (float, int), "pct_copy": (float, int), "pct_peak": (float, int),
-    "bytes_total": (int,), "bytes_read": (int,), "bytes_written": (int,),
-}
-
 
 
 STREAM = "bwbench.stream/1"
