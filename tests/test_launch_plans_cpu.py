@@ -143,16 +143,6 @@ def test_permute_launch_is_planned_and_packed_once(monkeypatch):
     launch._cached.cache_clear()
 
 
-def test_build_options_are_the_nvrtc_options_from_the_environment(monkeypatch):
-    from bwbench.cuda import build_options
-    from bwbench.cuda.loader import EXTRA_OPTIONS_ENV
-
-    monkeypatch.delenv(EXTRA_OPTIONS_ENV, raising=False)
-    assert build_options() == {}
-    monkeypatch.setenv(EXTRA_OPTIONS_ENV, "-lineinfo  -DX=1")
-    assert build_options() == {EXTRA_OPTIONS_ENV: "-lineinfo -DX=1"}
-
-
 def test_no_kernel_has_a_build_switch():
     """Kernels have no #ifdef/#ifndef switches of their own (only include guards and the arch
     checks): what runs is what the sources say, for every run."""

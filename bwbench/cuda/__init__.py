@@ -14,7 +14,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-__all__ = ["FAMILIES", "build_options", "lazy_exports"]
+__all__ = ["FAMILIES", "lazy_exports"]
 
 FAMILIES = ("softmax", "norm", "permute", "bitmask", "bn_relu")
 
@@ -33,15 +33,3 @@ def lazy_exports(package: str, **modules: str) -> tuple[Callable[[str], Any], li
         return value
 
     return __getattr__, sorted(where)
-
-
-def build_options() -> dict[str, str]:
-    """Every build option that changes what the kernels compute or how they run, as environment
-    entries a run records: today only $BWBENCH_NVRTC_OPTIONS (extra NVRTC options, e.g. -lineinfo),
-    and only where it is set. Plans take their other choices as arguments with fixed defaults."""
-    import shlex
-
-    from bwbench.cuda.loader import EXTRA_OPTIONS_ENV, extra_options
-
-    options = extra_options()
-    return {EXTRA_OPTIONS_ENV: shlex.join(options)} if options else {}

@@ -74,8 +74,8 @@ BASE_OPTIONS = ("-std=c++17",)
 EXTRA_OPTIONS_ENV = "BWBENCH_NVRTC_OPTIONS"
 """Extra NVRTC options for every kernel, after the source's own: e.g. `-lineinfo` for Nsight
 Compute's source view. The kernels have no build switches of their own; these options are the one
-build input besides the sources, so a run records them (`bwbench.cuda.build_options()`, the
-environment's `kernel_options`), since they can change what was measured."""
+build input besides the sources, so a run records them (the environment's `kernel_options`), since
+they can change what was measured."""
 
 # torch dtype -> the C++ storage type the kernels are instantiated for (kernels/common.cuh).
 _CPP_TYPES: dict[torch.dtype, str] = {
