@@ -24,7 +24,7 @@ from bwbench.cuda.softmax import dispatch
 from bwbench.cuda.softmax.plan import OPERATIONS, STORAGE_TYPES, SoftmaxPlan, plan
 
 __all__ = ["BACKWARD_SOURCES", "FORWARD_SOURCES", "log_softmax", "log_softmax_backward", "online_softmax",
-           "plan_launch", "softmax", "softmax_backward", "which_tier"]
+           "plan_launch", "row_layout", "softmax", "softmax_backward", "which_tier"]
 
 # One module per storage type and direction: a float16 forward run compiles only its kernels.
 FORWARD_SOURCES = {t: KernelSource("softmax.cu", dispatch.kernel_names(t, "forward")) for t in STORAGE_TYPES}
@@ -46,18 +46,20 @@ class _Queries:
 
 
 _PLANS: dict[tuple, tuple[SoftmaxPlan, Kernel]] = {}
-"""Plans and their kernels by (op, rows, cols, dtype, pack, device, options)."""
+"""Plans and their kernels by (op, rows, cols, dtype, layout, device, options)."""
 
 
-def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, pack: int, device: int,
+def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, layout: tuple[int, bool], device: int,
              options: tuple) -> tuple[SoftmaxPlan, Kernel]:
-    key = (op, rows, cols, dtype, pack, device, options)
+    key = (op, rows, cols, dtype, layout, device, options)
     found = _PLANS.get(key)
     if found is None:
         ctype = cpp_type(dtype)
         direction = OPERATIONS[op][0] if op in OPERATIONS else "forward"
         module = load((FORWARD_SOURCES if direction == "forward" else BACKWARD_SOURCES)[ctype])
-        chosen = plan(op, rows, cols, ctype, pack, _Queries(module, device), **dict(options))
+        pack, starts_aligned = layout
+        chosen = plan(op, rows, cols, ctype, pack, _Queries(module, device), starts_aligned=starts_aligned,
+                      **dict(options))
         found = _PLANS[key] = (chosen, module.kernel(chosen.launch.kernel))
     return found
 
@@ -76,14 +78,20 @@ def _device(device) -> int:
 
 
 def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: bool = True,
-                device: int | torch.device | None = None, **overrides) -> SoftmaxPlan:
+                starts_aligned: bool | None = None, device: int | torch.device | None = None,
+                **overrides) -> SoftmaxPlan:
     """The plan of `op` on a (rows, cols) tensor of `dtype` (cached). aligned: whether 16-byte packs
-    are allowed (16-byte aligned pointers, row strides a multiple of the pack); False forces one
-    element per access. overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
+    are allowed (every tensor starts each row at the same offset within 16 bytes); False forces
+    one element per access. starts_aligned: every row starts on a 16-byte boundary (None: as in
+    a fresh contiguous tensor, i.e. where cols is a multiple of the pack).
+    overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
-    pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], cols, aligned)
-    return _planned(op, rows, cols, dtype, pack, _device(device), _options(overrides))[0]
+    pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], aligned)
+    if starts_aligned is None:
+        starts_aligned = cols % pack == 0
+    layout = (pack, starts_aligned or pack == 1)
+    return _planned(op, rows, cols, dtype, layout, _device(device), _options(overrides))[0]
 
 
 def _check_rows(t: torch.Tensor, what: str, name: str) -> tuple[int, int]:
@@ -105,17 +113,20 @@ def _result(out: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Te
     return out
 
 
-def _pack(cols: int, tensors: tuple[torch.Tensor, ...]) -> int:
-    """Elements per access: the 16-byte pack where every pointer is 16-byte aligned and every row
-    stride a multiple of the pack (the row starts stay aligned), else 1."""
+def row_layout(tensors: tuple[torch.Tensor, ...]) -> tuple[int, bool]:
+    """(elements per access, whether every row starts on a pack boundary).
+
+    The 16-byte pack where every tensor starts each row at the same offset within 16 bytes (equal
+    base offsets, equal row strides modulo 16 bytes), which contiguous tensors of one shape from
+    PyTorch's allocator always do; else 1 element (a column slice against a fresh output, say).
+    """
     itemsize = tensors[0].element_size()
-    wide = dispatch.PACK_BYTES // itemsize
-    if cols % wide:
-        return 1
-    for t in tensors:
-        if t.data_ptr() % dispatch.PACK_BYTES or (t.shape[0] > 1 and t.stride(0) % wide):
-            return 1
-    return wide
+    phases = {(t.data_ptr() % dispatch.PACK_BYTES,
+               t.stride(0) * itemsize % dispatch.PACK_BYTES if t.shape[0] > 1 else 0) for t in tensors}
+    if len(phases) != 1:
+        return 1, True
+    (offset, stride), = phases
+    return dispatch.PACK_BYTES // itemsize, offset == 0 and stride == 0
 
 
 def _row_stride(t: torch.Tensor) -> np.int64:
@@ -128,7 +139,7 @@ def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict
     if rows == 0 or cols == 0:
         return y
     device = x.device.index
-    chosen, kernel = _planned(op, rows, cols, x.dtype, _pack(cols, (x, y)), device,
+    chosen, kernel = _planned(op, rows, cols, x.dtype, row_layout((x, y)), device,
                               _options(overrides) if overrides else ())
     run(kernel, chosen.launch, (x, _row_stride(x), y, _row_stride(y), np.int64(rows), np.int32(cols)), device)
     return y
@@ -144,7 +155,7 @@ def _backward(op: str, y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | No
     if rows == 0 or cols == 0:
         return dx
     device = y.device.index
-    chosen, kernel = _planned(op, rows, cols, y.dtype, _pack(cols, (y, dy, dx)), device,
+    chosen, kernel = _planned(op, rows, cols, y.dtype, row_layout((y, dy, dx)), device,
                               _options(overrides) if overrides else ())
     run(kernel, chosen.launch, (y, _row_stride(y), dy, _row_stride(dy), dx, _row_stride(dx), np.int64(rows),
                                 np.int32(cols)), device)
@@ -192,4 +203,4 @@ def which_tier(x: torch.Tensor, op: str = "softmax", **overrides) -> str:
     rows, cols = _check_rows(x, "which_tier", "x")
     if rows == 0 or cols == 0:
         return "none"
-    return _planned(op, rows, cols, x.dtype, _pack(cols, (x,)), x.device.index, _options(overrides))[0].tier
+    return _planned(op, rows, cols, x.dtype, row_layout((x,)), x.device.index, _options(overrides))[0].tier
