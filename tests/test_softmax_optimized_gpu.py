@@ -501,3 +501,20 @@ def test_compiled_baselines_pass_the_check(suite_name):
     fn = suite.implementations["compiled"].build(case)
     check = compare(fn(**inputs), suite.compute_reference(**inputs), suite.tolerance("float16"))
     assert check.passed, check.message
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward"])
+@pytest.mark.parametrize("cols", [1000, 1023, 4097])
+def test_repeated_calls_reuse_their_launch_and_stay_right(op, cols):
+    """Calls without out= remember their launch by the inputs' dtype, shape, strides and offset
+    within 16 bytes; a later call with another offset or shape plans afresh. Every result right."""
+    from bwbench.cuda.softmax import launch
+
+    fn = _function(op)
+    for layout in ("contiguous", "offset", "contiguous", "offset"):
+        inputs = _inputs(op, 7, cols, torch.float16, seed=cols + len(layout))
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        result = fn(**laid)
+        torch.cuda.synchronize()
+        _assert_close(result, _reference(op, inputs), op, torch.float16, f"{op} ({7}, {cols}) {layout} repeated")
+        assert launch._signature(op, tuple(laid.values())) in launch._CALLS
