@@ -80,6 +80,11 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // adds nothing to the max or the sum and is never stored. The partial head and tail packs are
     // read again from global memory (L1) by their owner lane at each step.
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
+    // One pack a lane (groups under a warp, and full warps up to 32 packs): every pack of the span,
+    // partial or not, is handled alike in registers, so short rows keep all lanes busy; longer
+    // rows leave their two partial packs to the owner lanes (for_each_edge), which keeps the
+    // register count of the unrolled packs.
+    constexpr bool kUniform = NP == 1;
     typedef Pack<T, P> PackT;
     typedef bw::smx::RowSpan<P> Span;
     GroupRows<G, R> walk;
@@ -98,8 +103,14 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                const PackT v = span[r].whole(pack) ? bw::smx::load_whole<T, P>(xr, span[r], pack)
-                                                    : bw::smx::pack_fill<T, P>(bw::neg_inf());
+                PackT v;
+                if constexpr (kUniform) {
+                    v = pack < span[r].packs() ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
+                                               : bw::smx::pack_fill<T, P>(bw::neg_inf());
+                } else {
+                    v = span[r].whole(pack) ? bw::smx::load_whole<T, P>(xr, span[r], pack)
+                                            : bw::smx::pack_fill<T, P>(bw::neg_inf());
+                }
                 if constexpr (kRaw) raw[r][p] = v;
                 float f[P];
                 bw::smx::unpack(v, f);
@@ -109,7 +120,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     row_max[r] = fmaxf(row_max[r], f[i]);
                 }
             }
-            bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float f[P];
                 bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
 #pragma unroll
@@ -144,7 +155,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 }
             }
             const T* xr = bw::smx::row_at(x, walk.first + walk.offset + r, x_stride);
-            bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float f[P];
                 bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
 #pragma unroll
@@ -161,7 +172,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                if (span[r].whole(pack)) {
+                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
                     float f[P];
                     if constexpr (kRaw) {
                         bw::smx::unpack(raw[r][p], f);
@@ -174,11 +185,15 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                             f[i] = Algo == bw::smx::kSoftmax ? v * k : v - k;
                         }
                     }
-                    bw::smx::store_whole<T, P>(yr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    if constexpr (kUniform) {
+                        bw::smx::store_any<T, P>(yr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    } else {
+                        bw::smx::store_whole<T, P>(yr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    }
                 }
             }
             const T* xr = bw::smx::row_at(x, row, x_stride);
-            bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
                 float f[P];
                 bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
 #pragma unroll
@@ -474,6 +489,7 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
     static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G: a power of two up to 32");
     typedef Pack<T, P> PackT;
     typedef bw::smx::RowSpan<P> Span;
+    constexpr bool kUniform = NP == 1;  // as in softmax_warp: one pack a lane, partial or not, alike
     GroupRows<G, R> walk;
     for (; walk.first < rows; walk.first += walk.step) {
         PackT buf_y[R][NP];
@@ -490,7 +506,11 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                if (span[r].whole(pack)) {
+                if constexpr (kUniform) {
+                    const bool in = pack < span[r].packs();
+                    buf_y[r][p] = in ? bw::smx::load_masked<T, P>(yr, span[r], pack, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+                    buf_dy[r][p] = in ? bw::smx::load_masked<T, P>(dyr, span[r], pack, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+                } else if (span[r].whole(pack)) {
                     buf_y[r][p] = bw::smx::load_whole<T, P>(yr, span[r], pack);
                     buf_dy[r][p] = bw::smx::load_whole<T, P>(dyr, span[r], pack);
                 }
@@ -501,7 +521,7 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             row_sum[r] = 0.0f;
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
-                if (span[r].whole(p * G + walk.lane)) {
+                if (kUniform || span[r].whole(p * G + walk.lane)) {
                     float fy[P], fdy[P];
                     bw::smx::unpack(buf_y[r][p], fy);
                     bw::smx::unpack(buf_dy[r][p], fdy);
@@ -512,7 +532,7 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             const i64 row = walk.first + walk.offset + r;
             const T* yr = bw::smx::row_at(y, row, y_stride);
             const T* dyr = bw::smx::row_at(dy, row, dy_stride);
-            bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float fy[P], fdy[P];
                 bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span[r], k, 0.0f), fy);
                 bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span[r], k, 0.0f), fdy);
@@ -529,18 +549,22 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                if (span[r].whole(pack)) {
+                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
                     float fy[P], fdy[P], f[P];
                     bw::smx::unpack(buf_y[r][p], fy);
                     bw::smx::unpack(buf_dy[r][p], fdy);
 #pragma unroll
                     for (int i = 0; i < P; ++i) f[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum[r]);
-                    bw::smx::store_whole<T, P>(dxr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    if constexpr (kUniform) {
+                        bw::smx::store_any<T, P>(dxr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    } else {
+                        bw::smx::store_whole<T, P>(dxr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    }
                 }
             }
             const T* yr = bw::smx::row_at(y, row, y_stride);
             const T* dyr = bw::smx::row_at(dy, row, dy_stride);
-            bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
                 float fy[P], fdy[P];
                 bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span[r], e, 0.0f), fy);
                 bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span[r], e, 0.0f), fdy);

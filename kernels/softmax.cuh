@@ -218,7 +218,26 @@ __device__ __forceinline__ void store_whole(T* __restrict__ row, RowSpan<P> span
     reinterpret_cast<Pack<T, P>*>(row - span.lo)[k] = v;
 }
 
-// Partial pack k, element by element, `fill` outside the row.
+// Pack k of the span (k < packs()), `fill` outside the row: one 16-byte load whatever k, for
+// kernels that treat every pack alike. The aligned pack holds at least one of the row's elements,
+// so it lies within the row's allocation (allocations are mapped in whole pages, and an aligned
+// 16-byte pack never straddles a page); the bytes outside the row are read and replaced, never used.
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P> load_masked(const T* __restrict__ row, RowSpan<P> span, int k, float fill) {
+    Pack<T, P> v = load_whole<T, P>(row, span, k);
+    if (!span.whole(k)) {
+        const T f = from_float<T>(fill);
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+            const int e = k * P + i;
+            if (e < span.lo || e >= span.hi) v.v[i] = f;
+        }
+    }
+    return v;
+}
+
+// Partial pack k, element by element, `fill` outside the row: for the owner threads of the head
+// and tail packs (the 16-byte load and selects of load_masked cost the unrolled loops registers).
 template <typename T, int P>
 __device__ __forceinline__ Pack<T, P> load_partial(const T* __restrict__ row, RowSpan<P> span, int k, float fill) {
     Pack<T, P> v = pack_fill<T, P>(fill);
@@ -230,6 +249,11 @@ __device__ __forceinline__ Pack<T, P> load_partial(const T* __restrict__ row, Ro
     return v;
 }
 
+// Pack k of the span where k may be whole or partial (k < packs()): whole packs in one access,
+// partial ones element by element.
+template <typename T, int P>
+__device__ __forceinline__ void store_any(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v);
+
 // Stores the row's elements of partial pack k.
 template <typename T, int P>
 __device__ __forceinline__ void store_partial(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v) {
@@ -237,6 +261,15 @@ __device__ __forceinline__ void store_partial(T* __restrict__ row, RowSpan<P> sp
     for (int i = 0; i < P; ++i) {
         const int e = k * P + i;
         if (e >= span.lo && e < span.hi) row[e - span.lo] = v.v[i];
+    }
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void store_any(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v) {
+    if (span.whole(k)) {
+        store_whole<T, P>(row, span, k, v);
+    } else {
+        store_partial<T, P>(row, span, k, v);
     }
 }
 

@@ -158,17 +158,18 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
             laid = {k: _layout(v, layout) for k, v in inputs.items()}
             first = next(iter(laid.values()))
             what = f"{op} [{tier}] {_name(dtype)} ({rows}, {cols}) {layout}"
-            pack, starts_aligned = row_layout(tuple(laid.values()) + (_poisoned_out(rows, cols, dtype, layout),))
+            out = _poisoned_out(rows, cols, dtype, layout)
+            pack, starts_aligned = row_layout(tuple(laid.values()) + (out,))
             span = d.span_cols(cols, pack, starts_aligned)
             if overrides.get("tier") == "warp":
                 if d.warp_shape(span, pack, direction) is None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
-                        fn(**laid, **overrides)
+                        fn(**laid, out=out, **overrides)
                     continue
             if overrides.get("tier") == "registers":
                 if d.registers_shape(span, pack) is None:
                     with pytest.raises(ValueError, match="registers tier runs"):
-                        fn(**laid, **overrides)
+                        fn(**laid, out=out, **overrides)
                     continue
             if overrides.get("tier") == "smem":
                 try:
@@ -177,7 +178,6 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     assert "cannot launch" in str(exc)
                     assert d.smem_bytes(direction, cols, first.element_size()) > 100_000, what
                     continue
-            out = _poisoned_out(rows, cols, dtype, layout)
             result = fn(**laid, out=out, **overrides)
             assert result is out
             torch.cuda.synchronize()
