@@ -103,17 +103,16 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                PackT v;
-                if constexpr (kUniform) {
-                    v = pack < span[r].packs() ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
-                                               : bw::smx::pack_fill<T, P>(bw::neg_inf());
-                } else {
-                    v = span[r].whole(pack) ? bw::smx::load_whole<T, P>(xr, span[r], pack)
-                                            : bw::smx::pack_fill<T, P>(bw::neg_inf());
-                }
-                if constexpr (kRaw) raw[r][p] = v;
                 float f[P];
-                bw::smx::unpack(v, f);
+                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
+                    const PackT v = kUniform ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
+                                             : bw::smx::load_whole<T, P>(xr, span[r], pack);
+                    if constexpr (kRaw) raw[r][p] = v;
+                    bw::smx::unpack(v, f);
+                } else {  // padding: contributes nothing to max or sum, never stored
+#pragma unroll
+                    for (int i = 0; i < P; ++i) f[i] = bw::neg_inf();
+                }
 #pragma unroll
                 for (int i = 0; i < P; ++i) {
                     if constexpr (!kRaw) buf[r][p * P + i] = f[i];
