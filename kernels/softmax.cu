@@ -17,9 +17,15 @@
 //   P     elements per access (16 bytes, or 1)      NP    packs per thread (warp tier)
 //   G     lanes per row (warp tier)                 R     rows per thread group per access
 //
-// Launch shapes: warp-tier kernels take blockDim.x = 128; block kernels any multiple of 32 up to
-// 1024, with cols / P * sizeof(Pack) bytes (twice that for the backward) of dynamic shared
-// memory when Cached.
+// Any cols and any row start: a row is walked as the span of aligned packs that covers it
+// (softmax.cuh's RowSpan): the main loops move its whole packs in one access each, and the head
+// and tail packs, where partial, are loaded and stored element by element by one thread.
+// Every tensor of a call has the same offset within a pack at every row (the host checks it and
+// falls back to P = 1 where they differ), so one span serves x and y (y, dy and dx).
+//
+// Launch shapes: warp-tier kernels take blockDim.x = 128 and hold spans of up to G * NP packs;
+// block kernels any multiple of 32 up to 1024, with one span's packs (twice that for the
+// backward) of dynamic shared memory when Cached.
 
 #include "softmax.cuh"
 
@@ -70,27 +76,37 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // registers of floats, for one more conversion an element and, for softmax, a second exp in
     // the store. Against floats with the same 16-byte loads (H200): even at 128-1024 columns, 1-6%
     // faster at 2048. Other rows are held as floats that pass 2 turns into exp(x - m) (softmax) or
-    // x - m (log-softmax). Each pack is loaded by value: reading it through the row pointer let the
-    // compiler split it into 2-byte loads.
+    // x - m (log-softmax). The registers hold the row's whole packs; the others hold -inf, which
+    // adds nothing to the max or the sum and is never stored. The partial head and tail packs are
+    // read again from global memory (L1) by their owner lane at each step.
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
+    // One pack a lane (groups under a warp, and full warps up to 32 packs): every pack of the span,
+    // partial or not, is handled alike in registers, so short rows keep all lanes busy; longer
+    // rows leave their two partial packs to the owner lanes (for_each_edge), which keeps the
+    // register count of the unrolled packs.
+    constexpr bool kUniform = NP == 1;
     typedef Pack<T, P> PackT;
+    typedef bw::smx::RowSpan<P> Span;
     GroupRows<G, R> walk;
     for (; walk.first < rows; walk.first += walk.step) {
         PackT raw[R][kRaw ? NP : 1];
         float buf[R][kRaw ? 1 : C];
         float row_max[R];
+        Span span[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const i64 row = walk.first + walk.offset + r;
             const bool live = row < rows;
-            const PackT* xr = bw::smx::row_packs<T, P>(x, live ? row : 0, x_stride);
+            const T* xr = bw::smx::row_at(x, live ? row : 0, x_stride);
+            span[r] = live ? bw::smx::row_span<T, P>(xr, cols) : Span{0, 0};
             row_max[r] = bw::neg_inf();
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
                 float f[P];
-                if (live && pack * P < cols) {
-                    const PackT v = xr[pack];
+                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
+                    const PackT v = kUniform ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
+                                             : bw::smx::load_whole<T, P>(xr, span[r], pack);
                     if constexpr (kRaw) raw[r][p] = v;
                     bw::smx::unpack(v, f);
                 } else {  // padding: contributes nothing to max or sum, never stored
@@ -103,6 +119,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     row_max[r] = fmaxf(row_max[r], f[i]);
                 }
             }
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
+                float f[P];
+                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+#pragma unroll
+                for (int i = 0; i < P; ++i) row_max[r] = fmaxf(row_max[r], f[i]);
+            });
         }
         float row_sum[R];
 #pragma unroll
@@ -110,10 +132,9 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             row_max[r] = bw::warp_allreduce<bw::MaxOp, G>(row_max[r]);
             row_sum[r] = 0.0f;
             if constexpr (kRaw) {
-                const bool live = walk.first + walk.offset + r < rows;
 #pragma unroll
                 for (int p = 0; p < NP; ++p) {
-                    if (live && (p * G + walk.lane) * P < cols) {
+                    if (span[r].whole(p * G + walk.lane)) {
                         float f[P];
                         bw::smx::unpack(raw[r][p], f);
 #pragma unroll
@@ -132,6 +153,13 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     }
                 }
             }
+            const T* xr = bw::smx::row_at(x, walk.first + walk.offset + r, x_stride);
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
+                float f[P];
+                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+#pragma unroll
+                for (int i = 0; i < P; ++i) row_sum[r] += bw::smx::fast_exp<T>(f[i] - row_max[r]);
+            });
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -139,11 +167,11 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             const i64 row = walk.first + walk.offset + r;
             if (row >= rows) continue;
             const float k = Forward<Algo, T>::finish(row_sum[r]);
-            PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
+            T* yr = bw::smx::row_at(y, row, y_stride);
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                if (pack * P < cols) {
+                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
                     float f[P];
                     if constexpr (kRaw) {
                         bw::smx::unpack(raw[r][p], f);
@@ -156,23 +184,36 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                             f[i] = Algo == bw::smx::kSoftmax ? v * k : v - k;
                         }
                     }
-                    yr[pack] = bw::smx::pack_from<T, P>(f);
+                    if constexpr (kUniform) {
+                        bw::smx::store_any<T, P>(yr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    } else {
+                        bw::smx::store_whole<T, P>(yr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    }
                 }
             }
+            const T* xr = bw::smx::row_at(x, row, x_stride);
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
+                float f[P];
+                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
+#pragma unroll
+                for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max[r], k);
+                bw::smx::store_partial<T, P>(yr, span[r], e, bw::smx::pack_from<T, P>(f));
+            });
         }
     }
 }
 
 // =============================================================================================
 // Forward, block tiers: one block per row.
-//   Cached:  the first pass keeps the row (as T, so twice the rows of a float cache fit) in
-//            shared memory; later passes read it from there.
+//   Cached:  the first pass keeps the row's whole packs (as T, so twice the rows of a float cache
+//            fit) in shared memory; later passes read them from there.
 //   OnePass: the first pass computes (max, sum) with the online merge, so only one more pass
 //            (the store) follows, instead of a sum pass and a store pass.
-// Each thread owns the packs tid, tid + blockDim, ... in every pass, and reads back only the
-// cache entries it wrote itself, so no barrier is needed between passes beyond the reductions'.
-// The loads of a pass are issued in batches of U packs before any is used, so enough bytes are in
-// flight per SM even with a single block resident.
+// Each thread owns the whole packs first_whole + tid, + blockDim, ... in every pass, and reads
+// back only the cache entries it wrote itself, so no barrier is needed between passes beyond the
+// reductions'. The partial head and tail packs go to threads 0 and blockDim - 1, read from global
+// memory in every pass. The loads of a pass are issued in batches of U packs before any is used,
+// so enough bytes are in flight per SM even with a single block resident.
 // =============================================================================================
 
 template <typename T, int Algo, int P, bool Cached, bool OnePass>
@@ -185,27 +226,29 @@ softmax_block(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_st
     constexpr int U = P == 1 ? 16 / sizeof(T) : (OnePass ? 4 : 2);
     extern __shared__ __align__(16) unsigned char softmax_smem[];
     PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
-    const int num_packs = cols / P;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const PackT* xr = bw::smx::row_packs<T, P>(x, row, x_stride);
+        const T* xr = bw::smx::row_at(x, row, x_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(xr, cols);
+        const int first = span.first_whole() + tid;
+        const int end = span.end_whole();
         float row_max, row_sum;
         // Pass 1: read x from global memory (and cache it).
         MD md = bw::smx::md_identity();
         float thread_max = bw::neg_inf();
 #pragma unroll 1
-        for (int base = tid; base < num_packs; base += bs * U) {
+        for (int base = first; base < end; base += bs * U) {
             PackT v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) v[u] = xr[p];
+                if (p < end) v[u] = bw::smx::load_whole<T, P>(xr, span, p);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) {
+                if (p < end) {
                     if (Cached) cache[p] = v[u];
                     float f[P];
                     bw::smx::unpack(v[u], f);
@@ -218,6 +261,16 @@ softmax_block(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_st
                 }
             }
         }
+        bw::smx::for_each_edge(span, tid, bs - 1, [&](int k) {
+            float f[P];
+            bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, k, bw::neg_inf()), f);
+            if (OnePass) {
+                md = bw::smx::md_add<T, P>(md, f);
+            } else {
+#pragma unroll
+                for (int i = 0; i < P; ++i) thread_max = fmaxf(thread_max, f[i]);
+            }
+        });
         if (OnePass) {
             md = bw::smx::block_allreduce_md<T>(md);
             row_max = md.m;
@@ -227,17 +280,17 @@ softmax_block(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_st
             // Pass 2: sum of exp(x - max).
             float thread_sum = 0.0f;
 #pragma unroll 1
-        for (int base = tid; base < num_packs; base += bs * U) {
+            for (int base = first; base < end; base += bs * U) {
                 PackT v[U];
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const int p = base + u * bs;
-                    if (p < num_packs) v[u] = Cached ? cache[p] : xr[p];
+                    if (p < end) v[u] = Cached ? cache[p] : bw::smx::load_whole<T, P>(xr, span, p);
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const int p = base + u * bs;
-                    if (p < num_packs) {
+                    if (p < end) {
                         float f[P];
                         bw::smx::unpack(v[u], f);
 #pragma unroll
@@ -245,31 +298,44 @@ softmax_block(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_st
                     }
                 }
             }
+            bw::smx::for_each_edge(span, tid, bs - 1, [&](int k) {
+                float f[P];
+                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, k, bw::neg_inf()), f);
+#pragma unroll
+                for (int i = 0; i < P; ++i) thread_sum += bw::smx::fast_exp<T>(f[i] - row_max);
+            });
             row_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
         }
         // Last pass: y.
         const float k = Forward<Algo, T>::finish(row_sum);
-        PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
+        T* yr = bw::smx::row_at(y, row, y_stride);
 #pragma unroll 1
-        for (int base = tid; base < num_packs; base += bs * U) {
+        for (int base = first; base < end; base += bs * U) {
             PackT v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) v[u] = Cached ? cache[p] : xr[p];
+                if (p < end) v[u] = Cached ? cache[p] : bw::smx::load_whole<T, P>(xr, span, p);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) {
+                if (p < end) {
                     float f[P];
                     bw::smx::unpack(v[u], f);
 #pragma unroll
                     for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max, k);
-                    yr[p] = bw::smx::pack_from<T, P>(f);
+                    bw::smx::store_whole<T, P>(yr, span, p, bw::smx::pack_from<T, P>(f));
                 }
             }
         }
+        bw::smx::for_each_edge(span, tid, bs - 1, [&](int e) {
+            float f[P];
+            bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, e, bw::neg_inf()), f);
+#pragma unroll
+            for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max, k);
+            bw::smx::store_partial<T, P>(yr, span, e, bw::smx::pack_from<T, P>(f));
+        });
     }
 }
 
@@ -279,7 +345,8 @@ softmax_block(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_st
 // flight a thread, the whole row in flight a block), kept in storage format. (max, sum) come from
 // the online merge in one reduction; the store pass reads the registers again. No shared-memory
 // cache and no loop over batches: for long rows this is what the shared-memory tier lacks
-// (float32 rows of 16384-32768 columns ran at 79-85% of copy there on an H200).
+// (float32 rows of 16384-32768 columns ran at 79-85% of copy there on an H200). The partial head
+// and tail packs go to threads 0 and B - 1, read from global memory twice.
 // =============================================================================================
 
 template <typename T, int Algo, int P, int NP, int B>
@@ -287,40 +354,49 @@ __global__ void __launch_bounds__(B, 1)
 softmax_rows(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows,
              int cols) {
     typedef Pack<T, P> PackT;
-    const int num_packs = cols / P;
     const int tid = threadIdx.x;
-    bool valid[NP];
-#pragma unroll
-    for (int n = 0; n < NP; ++n) valid[n] = tid + n * B < num_packs;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const PackT* xr = bw::smx::row_packs<T, P>(x, row, x_stride);
+        const T* xr = bw::smx::row_at(x, row, x_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(xr, cols);
         PackT v[NP];
 #pragma unroll
         for (int n = 0; n < NP; ++n) {
-            if (valid[n]) v[n] = xr[tid + n * B];
+            if (span.whole(tid + n * B)) v[n] = bw::smx::load_whole<T, P>(xr, span, tid + n * B);
         }
         MD md = bw::smx::md_identity();
 #pragma unroll
         for (int n = 0; n < NP; ++n) {
-            if (valid[n]) {
+            if (span.whole(tid + n * B)) {
                 float f[P];
                 bw::smx::unpack(v[n], f);
                 md = bw::smx::md_add<T, P>(md, f);
             }
         }
+        bw::smx::for_each_edge(span, tid, B - 1, [&](int k) {
+            float f[P];
+            bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, k, bw::neg_inf()), f);
+            md = bw::smx::md_add<T, P>(md, f);
+        });
         md = bw::smx::block_allreduce_md<T>(md);
         const float k = Forward<Algo, T>::finish(md.d);
-        PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
+        T* yr = bw::smx::row_at(y, row, y_stride);
 #pragma unroll
         for (int n = 0; n < NP; ++n) {
-            if (valid[n]) {
+            if (span.whole(tid + n * B)) {
                 float f[P];
                 bw::smx::unpack(v[n], f);
 #pragma unroll
                 for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], md.m, k);
-                yr[tid + n * B] = bw::smx::pack_from<T, P>(f);
+                bw::smx::store_whole<T, P>(yr, span, tid + n * B, bw::smx::pack_from<T, P>(f));
             }
         }
+        bw::smx::for_each_edge(span, tid, B - 1, [&](int e) {
+            float f[P];
+            bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, e, bw::neg_inf()), f);
+#pragma unroll
+            for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], md.m, k);
+            bw::smx::store_partial<T, P>(yr, span, e, bw::smx::pack_from<T, P>(f));
+        });
     }
 }
 
@@ -334,21 +410,23 @@ __global__ void __launch_bounds__(BW_SOFTMAX_WARP_BLOCK)
 softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride,
                     i64 rows, int cols) {
     typedef Pack<T, P> PackT;
+    typedef bw::smx::RowSpan<P> Span;
     constexpr int U = 4;
-    const int num_packs = cols / P;
     GroupRows<G, 1> walk;
     for (; walk.first < rows; walk.first += walk.step) {
         const i64 row = walk.first + walk.offset;
         const bool live = row < rows;
-        const PackT* xr = bw::smx::row_packs<T, P>(x, live ? row : 0, x_stride);
-        const int end = live ? num_packs : 0;
+        const T* xr = bw::smx::row_at(x, live ? row : 0, x_stride);
+        const Span span = live ? bw::smx::row_span<T, P>(xr, cols) : Span{0, 0};
+        const int first = span.first_whole() + walk.lane;
+        const int end = span.end_whole();
         MD md = bw::smx::md_identity();
 #pragma unroll 1
-        for (int base = walk.lane; base < end; base += G * U) {
+        for (int base = first; base < end; base += G * U) {
             PackT v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                if (base + u * G < end) v[u] = xr[base + u * G];
+                if (base + u * G < end) v[u] = bw::smx::load_whole<T, P>(xr, span, base + u * G);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -359,15 +437,20 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
                 }
             }
         }
+        bw::smx::for_each_edge(span, walk.lane, G - 1, [&](int k) {
+            float f[P];
+            bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, k, bw::neg_inf()), f);
+            md = bw::smx::md_add<T, P>(md, f);
+        });
         md = bw::smx::warp_allreduce_md<T, G>(md);
         const float k = Forward<Algo, T>::finish(md.d);
-        PackT* yr = bw::smx::row_packs<T, P>(y, live ? row : 0, y_stride);
+        T* yr = bw::smx::row_at(y, live ? row : 0, y_stride);
 #pragma unroll 1
-        for (int base = walk.lane; base < end; base += G * U) {
+        for (int base = first; base < end; base += G * U) {
             PackT v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                if (base + u * G < end) v[u] = xr[base + u * G];
+                if (base + u * G < end) v[u] = bw::smx::load_whole<T, P>(xr, span, base + u * G);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -376,10 +459,17 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
                     bw::smx::unpack(v[u], f);
 #pragma unroll
                     for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], md.m, k);
-                    yr[base + u * G] = bw::smx::pack_from<T, P>(f);
+                    bw::smx::store_whole<T, P>(yr, span, base + u * G, bw::smx::pack_from<T, P>(f));
                 }
             }
         }
+        bw::smx::for_each_edge(span, walk.lane, G - 1, [&](int e) {
+            float f[P];
+            bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span, e, bw::neg_inf()), f);
+#pragma unroll
+            for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], md.m, k);
+            bw::smx::store_partial<T, P>(yr, span, e, bw::smx::pack_from<T, P>(f));
+        });
     }
 }
 
@@ -388,7 +478,7 @@ softmax_warp_online(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i6
 // storage type (raw 16-byte packs), converted to float once for the sum and again for dx: half
 // the registers of floats for half and bfloat16. Against floats with the same 16-byte loads
 // (H200): even for half, bfloat16 3% faster at 512 columns and 14% at 1024
-// (docs/softmax.md).
+// (docs/softmax.md). The partial head and tail packs are read again by their owner lane.
 // =============================================================================================
 
 template <typename T, int Algo, int P, int NP, int G, int R>
@@ -397,35 +487,40 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
                   T* __restrict__ dx, i64 dx_stride, i64 rows, int cols) {
     static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "G: a power of two up to 32");
     typedef Pack<T, P> PackT;
+    typedef bw::smx::RowSpan<P> Span;
+    constexpr bool kUniform = NP == 1;  // as in softmax_warp: one pack a lane, partial or not, alike
     GroupRows<G, R> walk;
     for (; walk.first < rows; walk.first += walk.step) {
         PackT buf_y[R][NP];
         PackT buf_dy[R][NP];
         float row_sum[R];
+        Span span[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const i64 row = walk.first + walk.offset + r;
             const bool live = row < rows;
-            const PackT* yr = bw::smx::row_packs<T, P>(y, live ? row : 0, y_stride);
-            const PackT* dyr = bw::smx::row_packs<T, P>(dy, live ? row : 0, dy_stride);
+            const T* yr = bw::smx::row_at(y, live ? row : 0, y_stride);
+            const T* dyr = bw::smx::row_at(dy, live ? row : 0, dy_stride);
+            span[r] = live ? bw::smx::row_span<T, P>(yr, cols) : Span{0, 0};
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                if (live && pack * P < cols) {
-                    buf_y[r][p] = yr[pack];
-                    buf_dy[r][p] = dyr[pack];
+                if constexpr (kUniform) {
+                    const bool in = pack < span[r].packs();
+                    buf_y[r][p] = in ? bw::smx::load_masked<T, P>(yr, span[r], pack, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+                    buf_dy[r][p] = in ? bw::smx::load_masked<T, P>(dyr, span[r], pack, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+                } else if (span[r].whole(pack)) {
+                    buf_y[r][p] = bw::smx::load_whole<T, P>(yr, span[r], pack);
+                    buf_dy[r][p] = bw::smx::load_whole<T, P>(dyr, span[r], pack);
                 }
             }
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const i64 row = walk.first + walk.offset + r;
-            const bool live = row < rows;
             row_sum[r] = 0.0f;
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
-                const int pack = p * G + walk.lane;
-                if (live && pack * P < cols) {
+                if (kUniform || span[r].whole(p * G + walk.lane)) {
                     float fy[P], fdy[P];
                     bw::smx::unpack(buf_y[r][p], fy);
                     bw::smx::unpack(buf_dy[r][p], fdy);
@@ -433,32 +528,84 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
                     for (int i = 0; i < P; ++i) row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
                 }
             }
+            const i64 row = walk.first + walk.offset + r;
+            const T* yr = bw::smx::row_at(y, row, y_stride);
+            const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
+                float fy[P], fdy[P];
+                bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span[r], k, 0.0f), fy);
+                bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span[r], k, 0.0f), fdy);
+#pragma unroll
+                for (int i = 0; i < P; ++i) row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
+            });
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             row_sum[r] = bw::warp_allreduce<bw::SumOp, G>(row_sum[r]);
             const i64 row = walk.first + walk.offset + r;
             if (row >= rows) continue;
-            PackT* dxr = bw::smx::row_packs<T, P>(dx, row, dx_stride);
+            T* dxr = bw::smx::row_at(dx, row, dx_stride);
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                if (pack * P < cols) {
+                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
                     float fy[P], fdy[P], f[P];
                     bw::smx::unpack(buf_y[r][p], fy);
                     bw::smx::unpack(buf_dy[r][p], fdy);
 #pragma unroll
                     for (int i = 0; i < P; ++i) f[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum[r]);
-                    dxr[pack] = bw::smx::pack_from<T, P>(f);
+                    if constexpr (kUniform) {
+                        bw::smx::store_any<T, P>(dxr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    } else {
+                        bw::smx::store_whole<T, P>(dxr, span[r], pack, bw::smx::pack_from<T, P>(f));
+                    }
                 }
             }
+            const T* yr = bw::smx::row_at(y, row, y_stride);
+            const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+            if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
+                float fy[P], fdy[P];
+                bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span[r], e, 0.0f), fy);
+                bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span[r], e, 0.0f), fdy);
+#pragma unroll
+                for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum[r]);
+                bw::smx::store_partial<T, P>(dxr, span[r], e, bw::smx::pack_from<T, P>(fy));
+            });
         }
     }
 }
 
+// The backward's partial head and tail packs of one row: their share of the sum (Sum), or their
+// dx (store), by threads 0 and last.
+template <typename T, int Algo, int P>
+__device__ __forceinline__ float grad_edges_sum(const T* yr, const T* dyr, bw::smx::RowSpan<P> span, int me,
+                                                int last, float sum) {
+    bw::smx::for_each_edge(span, me, last, [&](int k) {
+        float fy[P], fdy[P];
+        bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span, k, 0.0f), fy);
+        bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span, k, 0.0f), fdy);
+#pragma unroll
+        for (int i = 0; i < P; ++i) sum += Backward<Algo, T>::term(fy[i], fdy[i]);
+    });
+    return sum;
+}
+
+template <typename T, int Algo, int P>
+__device__ __forceinline__ void grad_edges_store(const T* yr, const T* dyr, T* dxr, bw::smx::RowSpan<P> span,
+                                                 int me, int last, float row_sum) {
+    bw::smx::for_each_edge(span, me, last, [&](int e) {
+        float fy[P], fdy[P];
+        bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span, e, 0.0f), fy);
+        bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span, e, 0.0f), fdy);
+#pragma unroll
+        for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum);
+        bw::smx::store_partial<T, P>(dxr, span, e, bw::smx::pack_from<T, P>(fy));
+    });
+}
+
 // =============================================================================================
 // Backward, block tiers: one block per row; Cached keeps y and dy (as T) in shared memory, dy's
-// packs after y's.
+// packs after y's (at half the dynamic shared memory: the host sizes it for the longest span).
 // =============================================================================================
 
 template <typename T, int Algo, int P, bool Cached>
@@ -468,30 +615,34 @@ softmax_grad_block(const T* __restrict__ y, i64 y_stride, const T* __restrict__ 
     typedef Pack<T, P> PackT;
     constexpr int U = P == 1 ? 8 / sizeof(T) : 2;
     extern __shared__ __align__(16) unsigned char softmax_smem[];
-    const int num_packs = cols / P;
+    unsigned smem_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
     PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
-    PackT* cache_dy = cache_y + num_packs;
+    PackT* cache_dy = cache_y + smem_bytes / (2 * sizeof(PackT));
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
-        const PackT* dyr = bw::smx::row_packs<T, P>(dy, row, dy_stride);
+        const T* yr = bw::smx::row_at(y, row, y_stride);
+        const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
+        const int first = span.first_whole() + tid;
+        const int end = span.end_whole();
         float thread_sum = 0.0f;
 #pragma unroll 1
-        for (int base = tid; base < num_packs; base += bs * U) {
+        for (int base = first; base < end; base += bs * U) {
             PackT vy[U], vdy[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) {
-                    vy[u] = yr[p];
-                    vdy[u] = dyr[p];
+                if (p < end) {
+                    vy[u] = bw::smx::load_whole<T, P>(yr, span, p);
+                    vdy[u] = bw::smx::load_whole<T, P>(dyr, span, p);
                 }
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) {
+                if (p < end) {
                     if (Cached) {
                         cache_y[p] = vy[u];
                         cache_dy[p] = vdy[u];
@@ -504,43 +655,46 @@ softmax_grad_block(const T* __restrict__ y, i64 y_stride, const T* __restrict__ 
                 }
             }
         }
+        thread_sum = grad_edges_sum<T, Algo, P>(yr, dyr, span, tid, bs - 1, thread_sum);
         const float row_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
-        PackT* dxr = bw::smx::row_packs<T, P>(dx, row, dx_stride);
+        T* dxr = bw::smx::row_at(dx, row, dx_stride);
 #pragma unroll 1
-        for (int base = tid; base < num_packs; base += bs * U) {
+        for (int base = first; base < end; base += bs * U) {
             PackT vy[U], vdy[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) {
-                    vy[u] = Cached ? cache_y[p] : yr[p];
-                    vdy[u] = Cached ? cache_dy[p] : dyr[p];
+                if (p < end) {
+                    vy[u] = Cached ? cache_y[p] : bw::smx::load_whole<T, P>(yr, span, p);
+                    vdy[u] = Cached ? cache_dy[p] : bw::smx::load_whole<T, P>(dyr, span, p);
                 }
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int p = base + u * bs;
-                if (p < num_packs) {
+                if (p < end) {
                     float fy[P], fdy[P];
                     bw::smx::unpack(vy[u], fy);
                     bw::smx::unpack(vdy[u], fdy);
 #pragma unroll
                     for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum);
-                    dxr[p] = bw::smx::pack_from<T, P>(fy);
+                    bw::smx::store_whole<T, P>(dxr, span, p, bw::smx::pack_from<T, P>(fy));
                 }
             }
         }
+        grad_edges_store<T, Algo, P>(yr, dyr, dxr, span, tid, bs - 1, row_sum);
     }
 }
 
 // =============================================================================================
-// The two passes of softmax_grad_partial over the packs [begin, end) that a thread owns (begin,
-// begin + bs, ...), U at a time: Sum adds y * dy (or dy) to `sum`, keeping the packs in the cache
-// where Cache; Store writes dx, reading the packs from the cache where Cache, else again from
-// global memory.
+// The two passes of softmax_grad_partial over the whole packs [begin, end) of a row's span that a
+// thread owns (begin, begin + bs, ...), U at a time: Sum adds y * dy (or dy) to `sum`, keeping the
+// packs in the cache where Cache; Store writes dx, reading the packs from the cache where Cache,
+// else again from global memory.
 template <typename T, int Algo, int P, int U, bool Cache>
-__device__ __forceinline__ float grad_sum_range(const Pack<T, P>* yr, const Pack<T, P>* dyr, Pack<T, P>* cache_y,
-                                                Pack<T, P>* cache_dy, int begin, int end, int bs, float sum) {
+__device__ __forceinline__ float grad_sum_range(const T* yr, const T* dyr, bw::smx::RowSpan<P> span,
+                                                Pack<T, P>* cache_y, Pack<T, P>* cache_dy, int begin, int end,
+                                                int bs, float sum) {
 #pragma unroll 1
     for (int base = begin; base < end; base += bs * U) {
         Pack<T, P> vy[U], vdy[U];
@@ -548,8 +702,8 @@ __device__ __forceinline__ float grad_sum_range(const Pack<T, P>* yr, const Pack
         for (int u = 0; u < U; ++u) {
             const int p = base + u * bs;
             if (p < end) {
-                vy[u] = yr[p];
-                vdy[u] = dyr[p];
+                vy[u] = bw::smx::load_whole<T, P>(yr, span, p);
+                vdy[u] = bw::smx::load_whole<T, P>(dyr, span, p);
             }
         }
 #pragma unroll
@@ -572,9 +726,9 @@ __device__ __forceinline__ float grad_sum_range(const Pack<T, P>* yr, const Pack
 }
 
 template <typename T, int Algo, int P, int U, bool Cache>
-__device__ __forceinline__ void grad_store_range(const Pack<T, P>* yr, const Pack<T, P>* dyr, const Pack<T, P>* cache_y,
-                                                 const Pack<T, P>* cache_dy, Pack<T, P>* dxr, int begin, int end,
-                                                 int bs, float row_sum) {
+__device__ __forceinline__ void grad_store_range(const T* yr, const T* dyr, bw::smx::RowSpan<P> span,
+                                                 const Pack<T, P>* cache_y, const Pack<T, P>* cache_dy, T* dxr,
+                                                 int begin, int end, int bs, float row_sum) {
 #pragma unroll 1
     for (int base = begin; base < end; base += bs * U) {
         Pack<T, P> vy[U], vdy[U];
@@ -582,8 +736,8 @@ __device__ __forceinline__ void grad_store_range(const Pack<T, P>* yr, const Pac
         for (int u = 0; u < U; ++u) {
             const int p = base + u * bs;
             if (p < end) {
-                vy[u] = Cache ? cache_y[p] : yr[p];
-                vdy[u] = Cache ? cache_dy[p] : dyr[p];
+                vy[u] = Cache ? cache_y[p] : bw::smx::load_whole<T, P>(yr, span, p);
+                vdy[u] = Cache ? cache_dy[p] : bw::smx::load_whole<T, P>(dyr, span, p);
             }
         }
 #pragma unroll
@@ -595,17 +749,17 @@ __device__ __forceinline__ void grad_store_range(const Pack<T, P>* yr, const Pac
                 bw::smx::unpack(vdy[u], fdy);
 #pragma unroll
                 for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum);
-                dxr[p] = bw::smx::pack_from<T, P>(fy);
+                bw::smx::store_whole<T, P>(dxr, span, p, bw::smx::pack_from<T, P>(fy));
             }
         }
     }
 }
 
-// Backward, shared-memory tier for rows whose y and dy do not fit in a block's shared memory:
-// the row's first packs (as many as the launch's dynamic shared memory holds) are cached, the
-// others read again through L2. On an H200 a float32 row of 32768 columns (256 KiB of y and dy)
-// re-read whole by the uncached tier moved 1.46x its bytes from DRAM (62-80% of copy); caching
-// 7/8 of it leaves an L2 footprint the second pass finds (88%).
+// Backward, shared-memory tier for rows whose y and dy do not fit in a block's shared memory, of
+// whole packs only: the first packs (as many as the launch's dynamic shared memory holds) are cached,
+// the others read again through L2. On an H200 a float32 row of 32768 columns (256 KiB of y and
+// dy) re-read whole by the uncached tier moved 1.46x its bytes from DRAM (62-80% of copy);
+// caching 7/8 of it leaves an L2 footprint the second pass finds (88%).
 template <typename T, int Algo, int P>
 __global__ void __launch_bounds__(1024, 1)
 softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
@@ -613,26 +767,31 @@ softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     typedef Pack<T, P> PackT;
     constexpr int U = P == 1 ? 8 / sizeof(T) : 2;
     extern __shared__ __align__(16) unsigned char softmax_smem[];
-    const int num_packs = cols / P;
     unsigned smem_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
-    const int cached_packs = min(num_packs, static_cast<int>(smem_bytes / (2 * sizeof(PackT))));
+    const int capacity = static_cast<int>(smem_bytes / (2 * sizeof(PackT)));
     PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
-    PackT* cache_dy = cache_y + cached_packs;
+    PackT* cache_dy = cache_y + capacity;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
-    // Each pass walks the cached packs [0, cached_packs), then the others, in a loop of its own:
-    // one loop deciding per pack needed more than the 64 registers 1024 threads allow. This
-    // thread's packs are tid, tid + bs, ...; `rest` is its first one past the cache.
-    const int rest = tid + (max(cached_packs - tid, 0) + bs - 1) / bs * bs;
     for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const PackT* yr = bw::smx::row_packs<T, P>(y, row, y_stride);
-        const PackT* dyr = bw::smx::row_packs<T, P>(dy, row, dy_stride);
-        float thread_sum = grad_sum_range<T, Algo, P, U, true>(yr, dyr, cache_y, cache_dy, tid, cached_packs, bs, 0.0f);
-        thread_sum = grad_sum_range<T, Algo, P, U, false>(yr, dyr, cache_y, cache_dy, rest, num_packs, bs, thread_sum);
+        const T* yr = bw::smx::row_at(y, row, y_stride);
+        const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
+        // Each pass walks the cached packs [0, cached_end), then the others from `rest`, in a loop
+        // of its own: one loop deciding per pack needed more than the 64 registers 1024 threads
+        // allow. This thread's packs are tid, tid + bs, ...; `rest` is its first one past the
+        // cache. The host sends only rows of whole packs here (aligned starts, cols a multiple of
+        // P): the head and tail code would take the loops past those 64 registers too.
+        const int end = span.end_whole();
+        const int cached_end = min(end, capacity);
+        const int rest = tid + (max(cached_end - tid, 0) + bs - 1) / bs * bs;
+        float thread_sum = grad_sum_range<T, Algo, P, U, true>(yr, dyr, span, cache_y, cache_dy, tid, cached_end, bs,
+                                                               0.0f);
+        thread_sum = grad_sum_range<T, Algo, P, U, false>(yr, dyr, span, cache_y, cache_dy, rest, end, bs, thread_sum);
         const float row_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
-        PackT* dxr = bw::smx::row_packs<T, P>(dx, row, dx_stride);
-        grad_store_range<T, Algo, P, U, true>(yr, dyr, cache_y, cache_dy, dxr, tid, cached_packs, bs, row_sum);
-        grad_store_range<T, Algo, P, U, false>(yr, dyr, cache_y, cache_dy, dxr, rest, num_packs, bs, row_sum);
+        T* dxr = bw::smx::row_at(dx, row, dx_stride);
+        grad_store_range<T, Algo, P, U, true>(yr, dyr, span, cache_y, cache_dy, dxr, tid, cached_end, bs, row_sum);
+        grad_store_range<T, Algo, P, U, false>(yr, dyr, span, cache_y, cache_dy, dxr, rest, end, bs, row_sum);
     }
 }

@@ -143,8 +143,7 @@ __device__ __forceinline__ MD block_allreduce_md(MD v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packs: P elements moved as one access (16 bytes for P = 16 / sizeof(T)). The host only picks
-// P > 1 when cols and every row's start are multiples of P and the pointers are 16-byte aligned.
+// Packs: P elements moved as one access (16 bytes for P = 16 / sizeof(T), or 1 element).
 // ---------------------------------------------------------------------------------------------
 
 template <typename T, int P>
@@ -161,15 +160,135 @@ __device__ __forceinline__ Pack<T, P> pack_from(const float (&in)[P]) {
     return p;
 }
 
-// The packs of one row, at base + row * stride (stride in elements).
 template <typename T, int P>
-__device__ __forceinline__ const Pack<T, P>* row_packs(const T* base, i64 row, i64 stride) {
-    return reinterpret_cast<const Pack<T, P>*>(base + row * stride);
+__device__ __forceinline__ Pack<T, P> pack_fill(float value) {
+    Pack<T, P> p;
+    const T v = from_float<T>(value);
+#pragma unroll
+    for (int i = 0; i < P; ++i) p.v[i] = v;
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A row of any length at any element offset, walked in aligned packs. Its span starts at the
+// aligned pack holding its first element: the row's elements are [lo, hi) of the span (lo = 0
+// where the row starts on a pack boundary, hi = lo + cols), pack k of the span covers elements
+// [k P, k P + P). The whole packs, [first_whole, end_whole), move as one 16-byte access each in
+// the kernels' main loops, which look at nothing else; the partial ones (at most two: the head,
+// where the row starts mid-pack, and the tail) are loaded and stored element by element, once a
+// row, by one owner thread (for_each_edge). So a row of odd length, or one that starts mid-pack
+// (every other row of an odd-width tensor), moves its bulk in 16-byte accesses and the main loops
+// keep the registers they had for aligned rows.
+// The host picks P > 1 only where every tensor of a call has the same offset within 16 bytes at
+// every row (equal base offsets and equal row strides modulo 16 bytes), so one span serves x and y.
+// ---------------------------------------------------------------------------------------------
+
+template <int P>
+struct RowSpan {
+    int lo;  // first element of the row within the span
+    int hi;  // one past its last
+    __device__ __forceinline__ int packs() const { return (hi + P - 1) / P; }
+    __device__ __forceinline__ int first_whole() const { return lo > 0 ? 1 : 0; }
+    __device__ __forceinline__ int end_whole() const { return hi / P; }
+    __device__ __forceinline__ bool whole(int k) const { return k >= first_whole() && k < end_whole(); }
+    // The partial pack `which` (0: the head, 1: the tail), or -1 where there is none.
+    __device__ __forceinline__ int edge(int which) const {
+        if (which == 0) return hi > 0 && !whole(0) ? 0 : -1;
+        const int last = packs() - 1;
+        return last > 0 && !whole(last) ? last : -1;
+    }
+};
+
+// The span of a row of `cols` elements starting at `row`.
+template <typename T, int P>
+__device__ __forceinline__ RowSpan<P> row_span(const T* row, int cols) {
+    int lo = 0;
+    if constexpr (P > 1) lo = static_cast<int>((reinterpret_cast<unsigned long long>(row) / sizeof(T)) & (P - 1));
+    return RowSpan<P>{lo, lo + cols};
+}
+
+// Whole pack k of the span of the row starting at `row`.
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P> load_whole(const T* __restrict__ row, RowSpan<P> span, int k) {
+    return reinterpret_cast<const Pack<T, P>*>(row - span.lo)[k];
 }
 
 template <typename T, int P>
-__device__ __forceinline__ Pack<T, P>* row_packs(T* base, i64 row, i64 stride) {
-    return reinterpret_cast<Pack<T, P>*>(base + row * stride);
+__device__ __forceinline__ void store_whole(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v) {
+    reinterpret_cast<Pack<T, P>*>(row - span.lo)[k] = v;
+}
+
+// Pack k of the span (k < packs()), `fill` outside the row: one 16-byte load whatever k, for
+// kernels that treat every pack alike. The aligned pack holds at least one of the row's elements,
+// so it lies within the row's allocation (allocations are mapped in whole pages, and an aligned
+// 16-byte pack never straddles a page); the bytes outside the row are read and replaced, never used.
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P> load_masked(const T* __restrict__ row, RowSpan<P> span, int k, float fill) {
+    Pack<T, P> v = load_whole<T, P>(row, span, k);
+    if (!span.whole(k)) {
+        const T f = from_float<T>(fill);
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+            const int e = k * P + i;
+            if (e < span.lo || e >= span.hi) v.v[i] = f;
+        }
+    }
+    return v;
+}
+
+// Partial pack k, element by element, `fill` outside the row: for the owner threads of the head
+// and tail packs (the 16-byte load and selects of load_masked cost the unrolled loops registers).
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P> load_partial(const T* __restrict__ row, RowSpan<P> span, int k, float fill) {
+    Pack<T, P> v = pack_fill<T, P>(fill);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+        const int e = k * P + i;
+        if (e >= span.lo && e < span.hi) v.v[i] = row[e - span.lo];
+    }
+    return v;
+}
+
+// Pack k of the span where k may be whole or partial (k < packs()): whole packs in one access,
+// partial ones element by element.
+template <typename T, int P>
+__device__ __forceinline__ void store_any(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v);
+
+// Stores the row's elements of partial pack k.
+template <typename T, int P>
+__device__ __forceinline__ void store_partial(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+        const int e = k * P + i;
+        if (e >= span.lo && e < span.hi) row[e - span.lo] = v.v[i];
+    }
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void store_any(T* __restrict__ row, RowSpan<P> span, int k, const Pack<T, P>& v) {
+    if (span.whole(k)) {
+        store_whole<T, P>(row, span, k, v);
+    } else {
+        store_partial<T, P>(row, span, k, v);
+    }
+}
+
+// Calls f(k) for each partial pack k of the span that thread `me` owns: the head belongs to
+// thread 0, the tail to thread `last` (both 0 .. last being the threads that share the row).
+template <int P, typename F>
+__device__ __forceinline__ void for_each_edge(RowSpan<P> span, int me, int last, F f) {
+    if constexpr (P > 1) {
+        const int head = span.edge(0);
+        if (head >= 0 && me == 0) f(head);
+        const int tail = span.edge(1);
+        if (tail >= 0 && me == last) f(tail);
+    }
+}
+
+// Row `row` of a matrix with `stride` elements between rows (64-bit: any rows * cols).
+template <typename T>
+__device__ __forceinline__ T* row_at(T* base, i64 row, i64 stride) {
+    return base + row * stride;
 }
 
 }  // namespace smx

@@ -55,5 +55,7 @@ def test_bench_agrees_with_run_on_torch_softmax():
     frame = bwbench.run("softmax", impls="torch", cols=4096, rows=49152)
     row = frame[frame.impl == "torch"].iloc[0]
     result = bwbench.bench(lambda: torch.softmax(x, dim=-1), bytes=2 * x.numel() * x.element_size())
+    print(f"\nbench {result.median_us:.2f} us ({result.pct_copy:.1f}% of copy), run {row['median_us']:.2f} us "
+          f"({row['pct_copy']:.1f}% of copy)")
     assert abs(result.median_us / row["median_us"] - 1) < 0.02, (result.median_us, row["median_us"])
     assert abs(result.pct_copy / row["pct_copy"] - 1) < 0.03

@@ -1,6 +1,11 @@
-"""The driver launch path's argument slots (CPU): layouts, widths and the values a call stores."""
+"""The driver launch path's parameter buffers (bwbench/cuda/driver_launch.py), on the CPU: what
+cuLaunchKernel reads must be each argument at its own 8-byte slot, in the kernel parameter's width."""
+
+from __future__ import annotations
 
 import ctypes
+import struct
+import threading
 
 import numpy as np
 import pytest
@@ -9,41 +14,55 @@ from bwbench.cuda import driver_launch
 
 
 class FakeTensor:
-    def __init__(self, ptr):
-        self.ptr = ptr
+    def __init__(self, address: int) -> None:
+        self.address = address
 
-    def data_ptr(self):
-        return self.ptr
-
-
-def test_layout_names_pointers_and_numpy_widths():
-    layout = driver_launch.layout_of((FakeTensor(16), None, np.int64(3), np.int32(4), np.float32(0.5)))
-    assert layout == ("pointer", "pointer", np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float32))
+    def data_ptr(self) -> int:
+        return self.address
 
 
-@pytest.mark.parametrize("bad", [3, 2.5, "x"])
-def test_python_numbers_have_no_width_and_are_refused(bad):
-    with pytest.raises(TypeError, match="numpy scalars"):
-        driver_launch.layout_of((FakeTensor(16), bad))
+def _slot(slots: driver_launch.ArgumentSlots, index: int, fmt: str):
+    address = slots.addresses[index]
+    size = struct.calcsize(fmt)
+    return struct.unpack(fmt, ctypes.string_at(address, size))[0]
 
 
-def test_slots_hold_each_calls_values_at_fixed_addresses():
-    args = (FakeTensor(0x1000), np.int64(-7), np.int32(2**31 - 1), None, np.float32(1.5))
-    slots = driver_launch.slots_for(1234, args)
-    addresses = [slots.addresses[i] for i in range(len(args))]
+def test_each_argument_lands_in_its_slot_at_its_width():
+    args = (FakeTensor(0x7F0012345600), np.int64(-5), None, np.int32(7), np.float32(1.5), np.uint8(200))
+    slots = driver_launch.slots_for(101, args)
     slots.store(args)
-    assert [ctypes.sizeof(s) for s in slots.slots] == [8, 8, 4, 8, 4]
-    assert [s.value for s in slots.slots] == [0x1000, -7, 2**31 - 1, None, 1.5]
-    again = (FakeTensor(0x2000), np.int64(5), np.int32(6), FakeTensor(0x30), np.float32(-2.0))
-    same = driver_launch.slots_for(1234, again)
-    same.store(again)
-    assert same is slots and [same.addresses[i] for i in range(len(args))] == addresses
-    assert [s.value for s in same.slots] == [0x2000, 5, 6, 0x30, -2.0]
-    for slot, address in zip(same.slots, addresses):  # the driver reads each value where the array points
-        assert ctypes.addressof(slot) == address
+    assert [_slot(slots, i, f) for i, f in enumerate(["<Q", "<q", "<Q", "<i", "<f", "<B"])] == [
+        0x7F0012345600, -5, 0, 7, 1.5, 200]
+    assert [a - slots.addresses[0] for a in slots.addresses] == [0, 8, 16, 24, 32, 40]
 
 
-def test_another_layout_gets_its_own_slots():
-    a = driver_launch.slots_for(99, (FakeTensor(1), np.int32(1)))
-    b = driver_launch.slots_for(99, (FakeTensor(1), np.int64(1)))
-    assert a is not b
+def test_a_second_call_overwrites_the_values():
+    first = (FakeTensor(0x1000), np.int32(1))
+    second = (FakeTensor(0x2000), np.int32(-2))
+    slots = driver_launch.slots_for(102, first)
+    slots.store(first)
+    assert driver_launch.slots_for(102, second) is slots
+    slots.store(second)
+    assert (_slot(slots, 0, "<Q"), _slot(slots, 1, "<i")) == (0x2000, -2)
+
+
+def test_argument_types_choose_the_buffer():
+    narrow = driver_launch.slots_for(103, (np.int32(1),))
+    wide = driver_launch.slots_for(103, (np.int64(1),))
+    assert narrow is not wide and narrow.format.format != wide.format.format
+
+
+@pytest.mark.parametrize("bad", [3, 2.5, "x", np.float16(1)])
+def test_arguments_of_no_fixed_width_are_refused(bad):
+    with pytest.raises(TypeError, match="numpy scalars"):
+        driver_launch.slots_for(104, (FakeTensor(0), bad))
+
+
+def test_threads_get_their_own_buffers():
+    args = (np.int64(1),)
+    mine = driver_launch.slots_for(105, args)
+    theirs = []
+    worker = threading.Thread(target=lambda: theirs.append(driver_launch.slots_for(105, args)))
+    worker.start()
+    worker.join()
+    assert theirs and theirs[0] is not mine

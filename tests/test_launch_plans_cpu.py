@@ -70,12 +70,12 @@ def test_softmax_plans_name_declared_kernels(op, cols):
     from bwbench.cuda.softmax.plan import OPERATIONS, plan
 
     direction = OPERATIONS[op][0]
-    for ctype in ("half_t", "float"):
-        pack = dispatch.pack_elements(dispatch.ITEMSIZE[ctype], cols, True)
-        chosen = plan(op, 49152, cols, ctype, pack, FakeDevice())
+    for ctype, starts_aligned in (("half_t", True), ("half_t", False), ("float", False)):
+        pack = dispatch.pack_elements(dispatch.ITEMSIZE[ctype], True)
+        chosen = plan(op, 49152, cols, ctype, pack, FakeDevice(), starts_aligned=starts_aligned)
         assert chosen.launch.kernel in dispatch.kernel_names(ctype, direction)
         assert chosen.launch.tier == chosen.tier and chosen.grid >= 1 and chosen.block in (128, 256, 512, 1024)
-        small = plan(op, 49152, cols, ctype, pack, FakeDevice(), grid_waves=1)
+        small = plan(op, 49152, cols, ctype, pack, FakeDevice(), grid_waves=1, starts_aligned=starts_aligned)
         assert small.grid <= chosen.grid and small.choice == chosen.choice
 
 

@@ -24,12 +24,25 @@ def fits(blocks_128: int, by_size: dict[int, int] | None = None) -> dict[int, in
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("itemsize,cols,aligned,expected", [
-    (2, 1024, True, 8), (2, 1000, True, 8), (2, 1004, True, 1), (2, 1023, True, 1),
-    (2, 1024, False, 1), (4, 1024, True, 4), (4, 1022, True, 1), (4, 4, True, 4), (2, 4, True, 1),
+@pytest.mark.parametrize("itemsize,aligned,expected", [(2, True, 8), (2, False, 1), (4, True, 4), (4, False, 1)])
+def test_pack_is_16_bytes_whenever_the_tensors_share_their_offsets(itemsize, aligned, expected):
+    assert d.pack_elements(itemsize, aligned) == expected
+
+
+@pytest.mark.parametrize("cols,pack,starts_aligned,span", [
+    (1024, 8, True, 1024), (1000, 8, True, 1000), (1023, 8, False, 1030), (1, 8, False, 8), (7, 1, False, 7),
 ])
-def test_pack_is_16_bytes_only_when_cols_and_alignment_allow(itemsize, cols, aligned, expected):
-    assert d.pack_elements(itemsize, cols, aligned) == expected
+def test_span_leaves_room_for_rows_that_start_mid_pack(cols, pack, starts_aligned, span):
+    assert d.span_cols(cols, pack, starts_aligned) == span
+
+
+@pytest.mark.parametrize("offset", range(8))
+@pytest.mark.parametrize("cols", [1, 7, 8, 9, 31, 1000, 1023])
+def test_span_holds_the_row_at_every_offset(offset, cols):
+    """Pack k of a row's span covers elements [8k, 8k + 8) counted from the aligned pack holding
+    its first element (kernels/softmax.cuh's RowSpan): the packs a row needs fit the span."""
+    needed = -(-(offset + cols) // 8)
+    assert needed <= d.span_packs(d.span_cols(cols, 8, offset == 0), 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +395,7 @@ def test_registers_tier_takes_short_block_rows_and_rows_that_crowd_shared_memory
     assert d.registers_shape(32768, 8) == (4, 1024)
     assert d.registers_shape(65536, 8) == (8, 1024)
     assert d.registers_shape(65536 + 8, 8) is None and d.registers_shape(4096, 1) is None
+    assert d.registers_shape(4095, 8) == (4, 128) and d.registers_shape(4097, 8) == (4, 256)
     assert d.registers_shape(16384, 4) == (4, 1024) and d.registers_shape(32768, 4) == (8, 1024)
     # 512 packs: by length, without asking the occupancy.
     choice = d.choose_tier(4096, 8, thresholds=th)

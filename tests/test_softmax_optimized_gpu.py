@@ -3,9 +3,10 @@
 Run with `pytest -m gpu`; everything skips without a CUDA GPU. Each operation (softmax,
 log-softmax, their backward, online softmax) is forced through each of its tiers and through
 auto-dispatch, at odd column counts (1, 3, 33, 1000, 1023, 4097, 65535 and a few powers of two)
-and several row counts, in float16, bfloat16 and float32, with three layouts: contiguous (16-byte
-packs where cols allows), offset by one element (unaligned: one element per access), and a column
-slice of a wider tensor (row stride != cols). Outputs are poisoned with NaN first, inputs are
+and several row counts, in float16, bfloat16 and float32, with four layouts: contiguous, input and
+output offset by one element (16-byte packs with a partial head and tail on every row), the input
+alone offset (offsets differ: one element per access), and a column slice of a wider tensor (row
+stride != cols). Outputs are poisoned with NaN first, inputs are
 fresh random values.
 
 Tolerances: bwbench.suite.DEFAULT_TOLERANCES, i.e. stricter than the softmax_backward suite
@@ -32,7 +33,7 @@ pytestmark = [
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
-LAYOUTS = ["contiguous", "offset", "strided"]
+LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
 FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "registers", "smem", "smem/three-pass",
                  "smem/oneflow", "uncached", "uncached/three-pass"]
 BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached"]
@@ -70,7 +71,7 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     rows, cols = t.shape
     if layout == "contiguous":
         return t.contiguous()
-    if layout == "offset":  # one element past a 16-byte boundary: no packs possible
+    if layout.startswith("offset"):  # one element past a 16-byte boundary
         flat = torch.empty(rows * cols + 1, dtype=t.dtype, device=t.device)
         view = flat[1:].view(rows, cols)
         view.copy_(t)
@@ -80,6 +81,12 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
         wide[:, :cols] = t
         return wide[:, :cols]
     raise ValueError(layout)
+
+
+def _poisoned_out(rows: int, cols: int, dtype: torch.dtype, layout: str) -> torch.Tensor:
+    """A NaN-filled output in the layout the inputs have ("offset-input-only": a fresh one)."""
+    out = torch.full((rows, cols), float("nan"), dtype=dtype, device="cuda")
+    return out if layout in ("offset-input-only", "strided") else _layout(out, layout)
 
 
 def _random(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -139,6 +146,7 @@ def _overrides(op: str, tier: str) -> dict:
 def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
     from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.softmax import plan_launch, which_tier
+    from bwbench.cuda.softmax.launch import row_layout
 
     fn = _function(op)
     overrides = _overrides(op, tier)
@@ -150,31 +158,31 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
             laid = {k: _layout(v, layout) for k, v in inputs.items()}
             first = next(iter(laid.values()))
             what = f"{op} [{tier}] {_name(dtype)} ({rows}, {cols}) {layout}"
+            out = _poisoned_out(rows, cols, dtype, layout)
+            pack, starts_aligned = row_layout(tuple(laid.values()) + (out,))
+            span = d.span_cols(cols, pack, starts_aligned)
             if overrides.get("tier") == "warp":
-                pack = d.pack_elements(first.element_size(), cols, layout != "offset")
-                if d.warp_shape(cols, pack, direction) is None:
+                if d.warp_shape(span, pack, direction) is None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
-                        fn(**laid, **overrides)
+                        fn(**laid, out=out, **overrides)
                     continue
             if overrides.get("tier") == "registers":
-                pack = d.pack_elements(first.element_size(), cols, layout != "offset")
-                if d.registers_shape(cols, pack) is None:
+                if d.registers_shape(span, pack) is None:
                     with pytest.raises(ValueError, match="registers tier runs"):
-                        fn(**laid, **overrides)
+                        fn(**laid, out=out, **overrides)
                     continue
             if overrides.get("tier") == "smem":
                 try:
-                    plan_launch(op, rows, cols, dtype, aligned=layout != "offset", **overrides)
+                    plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, **overrides)
                 except ValueError as exc:  # the row does not fit in shared memory on this GPU
                     assert "cannot launch" in str(exc)
                     assert d.smem_bytes(direction, cols, first.element_size()) > 100_000, what
                     continue
-            out = torch.full((rows, cols), float("nan"), dtype=dtype, device="cuda")
             result = fn(**laid, out=out, **overrides)
             assert result is out
             torch.cuda.synchronize()
             _assert_close(result, reference, op, dtype, what)
-            if tier != "auto" and op != "online_softmax":
+            if tier != "auto" and op != "online_softmax" and layout != "offset-input-only":
                 assert which_tier(first, op, **overrides) == overrides["tier"], what
 
 
@@ -244,23 +252,25 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
     itemsize = d.ITEMSIZE[ctype]
     th = s.DEFAULT_THRESHOLDS[key]
     device = torch.cuda.current_device()
-    for cols in [2**k for k in range(5, 17)] + [1000, 4097]:
-        pack = d.pack_elements(itemsize, cols, True)
+    for cols in [2**k for k in range(5, 17)] + [1000, 4097, 50257, 151936]:
+        pack = d.pack_elements(itemsize, True)
+        span = d.span_cols(cols, pack, cols % pack == 0)
         plan = s.plan_launch(op, 49152, cols, dtype)
         if key == "online":
-            assert plan.choice == d.choose_online(cols, pack, th)
+            assert plan.choice == d.choose_online(span, pack, th)
             continue
         module = load((s.FORWARD_SOURCES if direction == "forward" else s.BACKWARD_SOURCES)[ctype])
         one_pass = th.one_pass and direction == "forward"
         smem_kernel = module.kernel(d.kernel_name(ctype, algorithm, direction,
                                                   d.TierChoice("smem", block=128, one_pass=one_pass, pack=pack)))
         limit = allow_all_dynamic_shared_memory(smem_kernel, device)
-        smem = d.cache_bytes(direction, cols, itemsize, pack, limit, th.partial_cache_share)
+        share = th.partial_cache_share if cols % pack == 0 else 0.0  # partly cached: whole packs only
+        smem = d.cache_bytes(direction, span, itemsize, pack, limit, share)
         table = {size: (max_active_blocks_per_sm(smem_kernel, size, smem, device) if smem <= limit else 0)
                  for size in d.BLOCK_SIZES}
-        partial = smem < d.smem_bytes(direction, cols, itemsize)
+        partial = smem < d.smem_bytes(direction, span, itemsize, pack)
         assert plan.choice.partial == (partial and plan.tier == "smem")
-        assert replace(plan.choice, partial=False) == d.choose_tier(cols, pack, direction=direction,
+        assert replace(plan.choice, partial=False) == d.choose_tier(span, pack, direction=direction,
                                                                     smem_blocks_per_sm=table, thresholds=th)
         assert plan.grid >= 1 and plan.block in (128, 256, 512, 1024)
 
@@ -270,7 +280,8 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
                                         (torch.float16, 65536), (torch.bfloat16, 60001)])
 def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, cols):
     """Rows whose y and dy exceed a block's shared memory: the shared-memory tier caches the
-    first packs and reads the rest twice; every element still right, with poisoned outputs."""
+    first packs and reads the rest twice (rows of whole packs; others take the uncached tier);
+    every element still right, with poisoned outputs."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.loader import cpp_type
@@ -279,8 +290,11 @@ def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, col
     for rows in (3, 133):
         inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
         plan = s.plan_launch(op, rows, cols, dtype)
-        assert plan.tier == "smem" and plan.choice.partial, plan
-        assert 0 < plan.smem < d.smem_bytes("backward", cols, itemsize) and plan.kernel_name.startswith("softmax_grad_partial<")
+        if cols % (16 // itemsize):
+            assert plan.tier == "uncached", plan
+        else:
+            assert plan.tier == "smem" and plan.choice.partial, plan
+            assert 0 < plan.smem < d.smem_bytes("backward", cols, itemsize) and plan.kernel_name.startswith("softmax_grad_partial<")
         out = torch.full((rows, cols), float("nan"), dtype=dtype, device="cuda")
         _function(op)(**inputs, out=out)
         _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) partly cached")
@@ -487,3 +501,20 @@ def test_compiled_baselines_pass_the_check(suite_name):
     fn = suite.implementations["compiled"].build(case)
     check = compare(fn(**inputs), suite.compute_reference(**inputs), suite.tolerance("float16"))
     assert check.passed, check.message
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward"])
+@pytest.mark.parametrize("cols", [1000, 1023, 4097])
+def test_repeated_calls_reuse_their_launch_and_stay_right(op, cols):
+    """Calls without out= remember their launch by the inputs' dtype, shape, strides and offset
+    within 16 bytes; a later call with another offset or shape plans afresh. Every result right."""
+    from bwbench.cuda.softmax import launch
+
+    fn = _function(op)
+    for layout in ("contiguous", "offset", "contiguous", "offset"):
+        inputs = _inputs(op, 7, cols, torch.float16, seed=cols + len(layout))
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        result = fn(**laid)
+        torch.cuda.synchronize()
+        _assert_close(result, _reference(op, inputs), op, torch.float16, f"{op} ({7}, {cols}) {layout} repeated")
+        assert launch._signature(op, tuple(laid.values())) in launch._CALLS

@@ -3,31 +3,35 @@ built once per kernel and argument layout.
 
 Why not CuPy's own launch: CuPy's RawKernel call converts every argument into a fresh pointer object
 on each call, about 12 µs of host time for six arguments, where torch enqueues a whole softmax in
-about 11. A launcher's arguments have the same types on every call (tensors and numpy scalars of the
-kernel's parameter widths), so their ctypes slots and the array of slot addresses the driver reads
-are made once; a call only stores the new values and calls the driver. Kernels still come from
-CuPy (compilation, caching, function attributes); only the enqueue is the driver's.
+about 7-11. A launcher's arguments have the same types on every call (tensors and numpy scalars of
+the kernel's parameter widths), so the parameter buffer, its struct format and the array of
+parameter addresses the driver reads are made once per kernel and argument types; a call writes
+the new values with one struct.pack_into and calls the driver with no ctypes argument conversion
+(handles pre-wrapped, dimensions as plain ints). Kernels still come from CuPy (compilation,
+caching, function attributes); only the enqueue is the driver's.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from typing import Any, Sequence
 
 import numpy as np
 
-_SLOT_TYPES = {
-    np.dtype(np.int8): ctypes.c_int8, np.dtype(np.uint8): ctypes.c_uint8,
-    np.dtype(np.int16): ctypes.c_int16, np.dtype(np.uint16): ctypes.c_uint16,
-    np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
-    np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
-    np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double,
+_FORMATS = {
+    np.dtype(np.int8): "b", np.dtype(np.uint8): "B", np.dtype(np.int16): "h", np.dtype(np.uint16): "H",
+    np.dtype(np.int32): "i", np.dtype(np.uint32): "I", np.dtype(np.int64): "q", np.dtype(np.uint64): "Q",
+    np.dtype(np.float32): "f", np.dtype(np.float64): "d",
 }
-"""ctypes slot per numpy scalar type: the kernel parameter's width and kind."""
+"""struct format of each numpy scalar type: the kernel parameter's width and kind."""
 
 _POINTER = "pointer"
 """The layout key of a tensor (or None) argument: passed as its device address."""
+
+_SLOT = 8
+"""Bytes per parameter in the buffer: every parameter starts 8-byte aligned."""
 
 
 class DriverUnavailable(RuntimeError):
@@ -40,16 +44,23 @@ class _Driver:
             lib = ctypes.CDLL("libcuda.so.1")
         except OSError as err:
             raise DriverUnavailable(f"libcuda.so.1 cannot be loaded: {err}") from None
-        args = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+        # No argtypes: ctypes would convert all eleven arguments on every call. Callers pass the
+        # handles as c_void_p and the dimensions as ints (C unsigned int, all below 2^31).
         self.launch = lib.cuLaunchKernel
-        self.launch.argtypes = args + [ctypes.c_void_p]
         self.launch.restype = ctypes.c_int
         self.cooperative = lib.cuLaunchCooperativeKernel
-        self.cooperative.argtypes = args
         self.cooperative.restype = ctypes.c_int
         self.error_name = lib.cuGetErrorName
         self.error_name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         self.error_name.restype = ctypes.c_int
+        self.handles: dict[int, ctypes.c_void_p] = {}
+
+    def handle(self, value: int) -> ctypes.c_void_p:
+        """`value` (a CUfunction or CUstream) as the pointer the driver takes, made once."""
+        wrapped = self.handles.get(value)
+        if wrapped is None:
+            wrapped = self.handles[value] = ctypes.c_void_p(value)
+        return wrapped
 
     def error_text(self, code: int) -> str:
         name = ctypes.c_char_p()
@@ -77,7 +88,7 @@ def layout_of(args: Sequence[Any]) -> tuple:
     for a in args:
         if a is None or hasattr(a, "data_ptr"):
             layout.append(_POINTER)
-        elif isinstance(a, np.generic) and a.dtype in _SLOT_TYPES:
+        elif isinstance(a, np.generic) and a.dtype in _FORMATS:
             layout.append(a.dtype)
         else:
             raise TypeError(f"kernel argument {a!r}: pass tensors, None or numpy scalars of the kernel's "
@@ -86,35 +97,37 @@ def layout_of(args: Sequence[Any]) -> tuple:
 
 
 class ArgumentSlots:
-    """One ctypes slot per kernel argument and the array of their addresses the driver reads."""
+    """The parameter buffer of one kernel and argument layout: 8 bytes a parameter, the struct
+    format that writes them all at once, and the array of their addresses the driver reads."""
 
     def __init__(self, layout: tuple) -> None:
-        self.slots = [ctypes.c_void_p() if kind == _POINTER else _SLOT_TYPES[kind]() for kind in layout]
         self.kinds = layout
-        self.addresses = (ctypes.c_void_p * max(1, len(self.slots)))(
-            *[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in self.slots])
+        self.pointer = tuple(kind == _POINTER for kind in layout)
+        codes = ["Q" if kind == _POINTER else _FORMATS[kind] for kind in layout]
+        self.format = struct.Struct("<" + "".join(c + "x" * (_SLOT - struct.calcsize(c)) for c in codes))
+        self.buffer = ctypes.create_string_buffer(max(_SLOT, self.format.size))
+        base = ctypes.addressof(self.buffer)
+        self.addresses = (ctypes.c_void_p * max(1, len(layout)))(*[base + _SLOT * i for i in range(len(layout))])
 
     def store(self, args: Sequence[Any]) -> None:
-        for slot, kind, a in zip(self.slots, self.kinds, args):
-            if kind == _POINTER:
-                slot.value = None if a is None else a.data_ptr()
-            else:
-                slot.value = a.item()
+        self.format.pack_into(self.buffer, 0, *[(0 if a is None else a.data_ptr()) if pointer else a
+                                                for pointer, a in zip(self.pointer, args)])
 
 
 _LOCAL = threading.local()
-"""Slots per thread, so two threads launching one kernel never share a buffer."""
+"""Parameter buffers per thread, so two threads launching one kernel never share one."""
 
 
 def slots_for(function: int, args: Sequence[Any]) -> ArgumentSlots:
+    """The buffer for `function` and the types of `args` (made, and the layout checked, on the
+    first call with those types)."""
     cache = getattr(_LOCAL, "slots", None)
     if cache is None:
         cache = _LOCAL.slots = {}
-    layout = layout_of(args)
-    key = (function, layout)
+    key = (function, *map(type, args))
     slots = cache.get(key)
     if slots is None:
-        slots = cache[key] = ArgumentSlots(layout)
+        slots = cache[key] = ArgumentSlots(layout_of(args))
     return slots
 
 
@@ -126,8 +139,8 @@ def enqueue(function: int, grid: tuple[int, int, int], block: tuple[int, int, in
     slots = slots_for(function, args)
     slots.store(args)
     if cooperative:
-        code = d.cooperative(function, *grid, *block, shared_mem, stream, slots.addresses)
+        code = d.cooperative(d.handle(function), *grid, *block, shared_mem, d.handle(stream), slots.addresses)
     else:
-        code = d.launch(function, *grid, *block, shared_mem, stream, slots.addresses, None)
+        code = d.launch(d.handle(function), *grid, *block, shared_mem, d.handle(stream), slots.addresses, None)
     if code:
         raise RuntimeError(f"cuLaunchKernel failed: {d.error_text(code)} ({code})")

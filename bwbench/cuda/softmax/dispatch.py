@@ -42,6 +42,8 @@ __all__ = [
     "kernel_names",
     "pack_elements",
     "smem_bytes",
+    "span_cols",
+    "span_packs",
     "uncached_block_size",
     "warp_shape",
     "warp_shapes",
@@ -175,14 +177,27 @@ class TierChoice:
             raise ValueError(f"tier must be one of {TIERS}, got {self.tier!r}")
 
 
-def pack_elements(itemsize: int, cols: int, aligned: bool) -> int:
-    """Elements per access: a 16-byte pack when cols (and every row start) allow it, else 1.
+def pack_elements(itemsize: int, aligned: bool) -> int:
+    """Elements per access: a 16-byte pack where `aligned`, else 1.
 
-    `aligned` says the base pointers are 16-byte aligned and every row stride is a multiple of
-    the pack; the caller checks the tensors.
+    `aligned` says every tensor of the call starts each row at the same offset within 16 bytes
+    (equal base offsets and equal row strides modulo 16 bytes), so one span of aligned packs
+    serves them all (kernels/softmax.cuh's RowSpan); the caller checks the tensors. Any cols and
+    any offset work: the kernels peel the partial head and tail packs of each row.
     """
-    pack = PACK_BYTES // itemsize
-    return pack if aligned and cols % pack == 0 else 1
+    return PACK_BYTES // itemsize if aligned else 1
+
+
+def span_cols(cols: int, pack: int, starts_aligned: bool) -> int:
+    """Elements of the longest span of aligned packs a row of `cols` covers: cols where every row
+    starts on a pack boundary, else up to pack - 1 more (a row starting mid-pack). The kernels'
+    capacity (warp shapes, registers, shared memory) is sized for this, not for cols."""
+    return cols if pack == 1 or starts_aligned else cols + pack - 1
+
+
+def span_packs(cols: int, pack: int) -> int:
+    """Packs of `pack` elements that hold `cols` elements."""
+    return -(-cols // pack)
 
 
 def _packs_options(pack: int, direction: str) -> tuple[int, ...]:
@@ -260,7 +275,7 @@ def uncached_block_size(cols: int, pack: int, packs_per_thread: int) -> int:
     """The uncached tier's block size: about `packs_per_thread` packs of the row per thread, a
     power of two from 128 to 1024. Measured on an H200: large blocks starve short rows (cols 4096
     in float16 at 1024 threads: 24% of copy, at 256: 78%), small blocks starve long ones."""
-    want = -(-(cols // pack) // packs_per_thread)
+    want = -(-span_packs(cols, pack) // packs_per_thread)
     size = BLOCK_SIZES[0]
     while size < want and size < BLOCK_SIZES[-1]:
         size *= 2
@@ -270,18 +285,18 @@ def uncached_block_size(cols: int, pack: int, packs_per_thread: int) -> int:
 def registers_shape(cols: int, pack: int) -> tuple[int, int] | None:
     """(packs a thread, threads) of the registers tier for a row of `cols`, or None where it does
     not apply: the smallest block of the first REGISTER_SHAPES entry that holds the row."""
-    if pack == 1 or cols % pack:
+    if pack == 1:
         return None
-    packs = cols // pack
+    packs = span_packs(cols, pack)
     for per_thread, threads in REGISTER_SHAPES:
         if per_thread * threads >= packs:
             return per_thread, threads
     return None
 
 
-def smem_bytes(direction: str, cols: int, itemsize: int) -> int:
-    """Dynamic shared memory of the cached block tier: the row as stored (x; or y and dy)."""
-    return cols * itemsize * (2 if direction == "backward" else 1)
+def smem_bytes(direction: str, cols: int, itemsize: int, pack: int = 1) -> int:
+    """Dynamic shared memory of the cached block tier: the row's packs as stored (x; or y and dy)."""
+    return span_packs(cols, pack) * pack * itemsize * (2 if direction == "backward" else 1)
 
 
 def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int, share: float) -> int:
@@ -289,7 +304,7 @@ def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int,
     `limit` bytes; for the backward, otherwise, as many whole (y, dy) pack pairs as fit, when they
     are at least `share` of the row (the kernel caches the packs its shared memory holds and reads
     the others twice); else the whole row's size, which cannot launch (the uncached tier runs)."""
-    need = smem_bytes(direction, cols, itemsize)
+    need = smem_bytes(direction, cols, itemsize, pack)
     if need <= limit or direction != "backward" or share <= 0:
         return need
     pair = 2 * pack * itemsize
@@ -300,7 +315,7 @@ def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int,
 def choose_tier(cols: int, pack: int, *, direction: str = "forward",
                 smem_blocks_per_sm: Mapping[int, int] | None = None,
                 thresholds: Thresholds = Thresholds()) -> TierChoice:
-    """The tier for a row of `cols` elements moved `pack` at a time.
+    """The tier for a row whose span (span_cols) is `cols` elements, moved `pack` at a time.
 
     smem_blocks_per_sm: resident blocks per SM of the cached block kernel at each block size with
     this row's shared memory (the occupancy query); only consulted when the warp tier does not
@@ -338,7 +353,7 @@ def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds
 def _short_for_registers(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
     """A forward row the registers tier takes by its length alone (no occupancy needed)."""
     return (direction == "forward" and registers_shape(cols, pack) is not None
-            and cols // pack <= thresholds.registers_max_packs)
+            and span_packs(cols, pack) <= thresholds.registers_max_packs)
 
 
 def choose_online(cols: int, pack: int, thresholds: Thresholds = Thresholds()) -> TierChoice:

@@ -7,6 +7,8 @@ allocates the output and enqueues), `which_tier` says which tier it chose.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -24,7 +26,7 @@ from bwbench.cuda.softmax import dispatch
 from bwbench.cuda.softmax.plan import OPERATIONS, STORAGE_TYPES, SoftmaxPlan, plan
 
 __all__ = ["BACKWARD_SOURCES", "FORWARD_SOURCES", "log_softmax", "log_softmax_backward", "online_softmax",
-           "plan_launch", "softmax", "softmax_backward", "which_tier"]
+           "plan_launch", "row_layout", "softmax", "softmax_backward", "which_tier"]
 
 # One module per storage type and direction: a float16 forward run compiles only its kernels.
 FORWARD_SOURCES = {t: KernelSource("softmax.cu", dispatch.kernel_names(t, "forward")) for t in STORAGE_TYPES}
@@ -46,18 +48,20 @@ class _Queries:
 
 
 _PLANS: dict[tuple, tuple[SoftmaxPlan, Kernel]] = {}
-"""Plans and their kernels by (op, rows, cols, dtype, pack, device, options)."""
+"""Plans and their kernels by (op, rows, cols, dtype, layout, device, options)."""
 
 
-def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, pack: int, device: int,
+def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, layout: tuple[int, bool], device: int,
              options: tuple) -> tuple[SoftmaxPlan, Kernel]:
-    key = (op, rows, cols, dtype, pack, device, options)
+    key = (op, rows, cols, dtype, layout, device, options)
     found = _PLANS.get(key)
     if found is None:
         ctype = cpp_type(dtype)
         direction = OPERATIONS[op][0] if op in OPERATIONS else "forward"
         module = load((FORWARD_SOURCES if direction == "forward" else BACKWARD_SOURCES)[ctype])
-        chosen = plan(op, rows, cols, ctype, pack, _Queries(module, device), **dict(options))
+        pack, starts_aligned = layout
+        chosen = plan(op, rows, cols, ctype, pack, _Queries(module, device), starts_aligned=starts_aligned,
+                      **dict(options))
         found = _PLANS[key] = (chosen, module.kernel(chosen.launch.kernel))
     return found
 
@@ -76,14 +80,20 @@ def _device(device) -> int:
 
 
 def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: bool = True,
-                device: int | torch.device | None = None, **overrides) -> SoftmaxPlan:
+                starts_aligned: bool | None = None, device: int | torch.device | None = None,
+                **overrides) -> SoftmaxPlan:
     """The plan of `op` on a (rows, cols) tensor of `dtype` (cached). aligned: whether 16-byte packs
-    are allowed (16-byte aligned pointers, row strides a multiple of the pack); False forces one
-    element per access. overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
+    are allowed (every tensor starts each row at the same offset within 16 bytes); False forces
+    one element per access. starts_aligned: every row starts on a 16-byte boundary (None: as in
+    a fresh contiguous tensor, i.e. where cols is a multiple of the pack).
+    overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
-    pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], cols, aligned)
-    return _planned(op, rows, cols, dtype, pack, _device(device), _options(overrides))[0]
+    pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], aligned)
+    if starts_aligned is None:
+        starts_aligned = cols % pack == 0
+    layout = (pack, starts_aligned or pack == 1)
+    return _planned(op, rows, cols, dtype, layout, _device(device), _options(overrides))[0]
 
 
 def _check_rows(t: torch.Tensor, what: str, name: str) -> tuple[int, int]:
@@ -105,50 +115,112 @@ def _result(out: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Te
     return out
 
 
-def _pack(cols: int, tensors: tuple[torch.Tensor, ...]) -> int:
-    """Elements per access: the 16-byte pack where every pointer is 16-byte aligned and every row
-    stride a multiple of the pack (the row starts stay aligned), else 1."""
+def row_layout(tensors: tuple[torch.Tensor, ...]) -> tuple[int, bool]:
+    """(elements per access, whether every row starts on a pack boundary).
+
+    The 16-byte pack where every tensor starts each row at the same offset within 16 bytes (equal
+    base offsets, equal row strides modulo 16 bytes), which contiguous tensors of one shape from
+    PyTorch's allocator always do; else 1 element (a column slice against a fresh output, say).
+    """
     itemsize = tensors[0].element_size()
-    wide = dispatch.PACK_BYTES // itemsize
-    if cols % wide:
-        return 1
-    for t in tensors:
-        if t.data_ptr() % dispatch.PACK_BYTES or (t.shape[0] > 1 and t.stride(0) % wide):
-            return 1
-    return wide
+    phases = {(t.data_ptr() % dispatch.PACK_BYTES,
+               t.stride(0) * itemsize % dispatch.PACK_BYTES if t.shape[0] > 1 else 0) for t in tensors}
+    if len(phases) != 1:
+        return 1, True
+    (offset, stride), = phases
+    return dispatch.PACK_BYTES // itemsize, offset == 0 and stride == 0
 
 
 def _row_stride(t: torch.Tensor) -> np.int64:
     return np.int64(t.stride(0) if t.shape[0] > 1 else t.shape[1])
 
 
-def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
-    rows, cols = _check_rows(x, op, "x")
-    y = _result(out, x, op)
+@dataclass(frozen=True)
+class _Call:
+    """What a repeated call on the same kind of inputs needs: its kernel, launch and scalar
+    arguments, made once, so that the host cost of a call is an allocation and an enqueue."""
+
+    kernel: Kernel
+    launch: object
+    device: int
+    strides: tuple[np.int64, ...]
+    """Row strides of the inputs, then of the output."""
+    rows: np.int64
+    cols: np.int32
+
+    def args(self, tensors: tuple[torch.Tensor, ...]) -> tuple:
+        pairs = [item for t, stride in zip(tensors, self.strides) for item in (t, stride)]
+        return (*pairs, self.rows, self.cols)
+
+
+_CALLS: dict[tuple, _Call] = {}
+"""Calls without out= or overrides, by _signature: everything the checks look at, so a hit needs
+no check."""
+
+
+def _signature(op: str, inputs: tuple) -> tuple | None:
+    """(op, and each input's dtype, device, shape, strides and offset within 16 bytes), or None
+    where an input is not a tensor (the checks will say so)."""
+    key: list = [op]
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            return None
+        key += (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % dispatch.PACK_BYTES)
+    return tuple(key)
+
+
+def _cached_call(key: tuple | None, inputs: tuple) -> torch.Tensor | None:
+    """The output of a call found in _CALLS, enqueued; None where there is none."""
+    call = _CALLS.get(key) if key is not None else None
+    if call is None:
+        return None
+    first = inputs[0]
+    out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
+    if out.data_ptr() % dispatch.PACK_BYTES:  # not the allocator's usual alignment: plan afresh
+        return None
+    run(call.kernel, call.launch, call.args((*inputs, out)), call.device)
+    return out
+
+
+def _launch(op: str, inputs: tuple, out: torch.Tensor | None, overrides: dict, key: tuple | None) -> torch.Tensor:
+    """Checks, plans (cached) and enqueues `op` on `inputs`; remembers the call under `key`."""
+    first = inputs[0]
+    rows, cols = first.shape
+    result = _result(out, first, op)
     if rows == 0 or cols == 0:
-        return y
-    device = x.device.index
-    chosen, kernel = _planned(op, rows, cols, x.dtype, _pack(cols, (x, y)), device,
+        return result
+    tensors = (*inputs, result)
+    device = first.device.index
+    chosen, kernel = _planned(op, rows, cols, first.dtype, row_layout(tensors), device,
                               _options(overrides) if overrides else ())
-    run(kernel, chosen.launch, (x, _row_stride(x), y, _row_stride(y), np.int64(rows), np.int32(cols)), device)
-    return y
+    call = _Call(kernel, chosen.launch, device, tuple(_row_stride(t) for t in tensors), np.int64(rows),
+                 np.int32(cols))
+    run(kernel, chosen.launch, call.args(tensors), device)
+    if key is not None and out is None and not overrides and result.data_ptr() % dispatch.PACK_BYTES == 0:
+        _CALLS[key] = call
+    return result
+
+
+def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
+    key = _signature(op, (x,)) if out is None and not overrides else None
+    found = _cached_call(key, (x,))
+    if found is not None:
+        return found
+    _check_rows(x, op, "x")
+    return _launch(op, (x,), out, overrides, key)
 
 
 def _backward(op: str, y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
-    rows, cols = _check_rows(y, op, "y")
+    key = _signature(op, (y, dy)) if out is None and not overrides else None
+    found = _cached_call(key, (y, dy))
+    if found is not None:
+        return found
+    _check_rows(y, op, "y")
     _check_rows(dy, op, "dy")
     if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
         raise ValueError(f"dy must match y: got {tuple(dy.shape)} {dy.dtype} on {dy.device}, "
                          f"y is {tuple(y.shape)} {y.dtype} on {y.device}")
-    dx = _result(out, y, op)
-    if rows == 0 or cols == 0:
-        return dx
-    device = y.device.index
-    chosen, kernel = _planned(op, rows, cols, y.dtype, _pack(cols, (y, dy, dx)), device,
-                              _options(overrides) if overrides else ())
-    run(kernel, chosen.launch, (y, _row_stride(y), dy, _row_stride(dy), dx, _row_stride(dx), np.int64(rows),
-                                np.int32(cols)), device)
-    return dx
+    return _launch(op, (y, dy), out, overrides, key)
 
 
 def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None, **overrides) -> torch.Tensor:
@@ -192,4 +264,4 @@ def which_tier(x: torch.Tensor, op: str = "softmax", **overrides) -> str:
     rows, cols = _check_rows(x, "which_tier", "x")
     if rows == 0 or cols == 0:
         return "none"
-    return _planned(op, rows, cols, x.dtype, _pack(cols, (x,)), x.device.index, _options(overrides))[0].tier
+    return _planned(op, rows, cols, x.dtype, row_layout((x,)), x.device.index, _options(overrides))[0].tier

@@ -136,11 +136,13 @@ def _smem_occupancy(queries: DeviceQueries, kernel: str, smem: int) -> dict[int,
 
 def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
          thresholds: dispatch.Thresholds | None = None, tier: str | None = None, block: int | None = None,
-         grid_waves: int | None = DEFAULT_GRID_WAVES) -> SoftmaxPlan:
+         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True) -> SoftmaxPlan:
     """The launch of `op` on (rows, cols) of storage type `ctype` moved `pack` elements at a time.
 
-    thresholds, tier and block override the measured dispatch (tuning runs and tests); a forced
-    tier that cannot run raises ValueError. grid_waves caps the grid (None: a block per row).
+    starts_aligned: every row starts on a pack boundary; otherwise capacity is planned for rows
+    that start mid-pack (dispatch.span_cols). thresholds, tier and block override the measured
+    dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. grid_waves
+    caps the grid (None: a block per row).
     """
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
@@ -149,7 +151,8 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     direction, algorithm, key = OPERATIONS[op]
     itemsize = dispatch.ITEMSIZE[ctype]
     th = thresholds or DEFAULT_THRESHOLDS[key]
-    smem_needed = dispatch.smem_bytes(direction, cols, itemsize)
+    span = dispatch.span_cols(cols, pack, starts_aligned)
+    smem_needed = dispatch.smem_bytes(direction, span, itemsize, pack)
     one_pass = th.one_pass and direction == "forward"
 
     def smem_kernel(partial: bool = False) -> str:
@@ -157,21 +160,22 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         return dispatch.kernel_name(ctype, algorithm, direction, choice)
 
     partial = False
-    if th.partial_cache_share > 0 and direction == "backward":
+    # The partly cached kernel takes rows of whole packs only (kernels/softmax.cu).
+    if th.partial_cache_share > 0 and direction == "backward" and starts_aligned and cols % pack == 0:
         limit = queries.smem_limit(smem_kernel())
-        cached = dispatch.cache_bytes(direction, cols, itemsize, pack, limit, th.partial_cache_share)
+        cached = dispatch.cache_bytes(direction, span, itemsize, pack, limit, th.partial_cache_share)
         partial = cached < smem_needed
         smem_needed = cached
 
     if key == "online":
-        choice = _online_choice(cols, pack, th, tier)
+        choice = _online_choice(span, pack, th, tier)
     elif tier is None:
         occupancy = None
-        if dispatch.needs_occupancy(cols, pack, direction, th):
+        if dispatch.needs_occupancy(span, pack, direction, th):
             occupancy = _smem_occupancy(queries, smem_kernel(partial), smem_needed)
-        choice = dispatch.choose_tier(cols, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th)
+        choice = dispatch.choose_tier(span, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th)
     else:
-        choice = _forced_choice(op, direction, cols, pack, th, tier, block, one_pass,
+        choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
     if block is not None and choice.block is not None:
         if block not in dispatch.BLOCK_SIZES:
