@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bwbench.cuda.launch_spec import Launch
 from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
@@ -141,7 +142,7 @@ class _Call:
     arguments, made once, so that the host cost of a call is an allocation and an enqueue."""
 
     kernel: Kernel
-    launch: object
+    launch: Launch
     device: int
     strides: tuple[np.int64, ...]
     """Row strides of the inputs, then of the output."""

@@ -214,31 +214,32 @@ def _online_choice(cols: int, pack: int, th: dispatch.Thresholds, tier: str | No
     raise ValueError(f"online_softmax has tiers online_warp and online_block, not {tier!r}")
 
 
-def _forced_choice(op, direction, cols, pack, th, tier, block, one_pass, occupancy, smem_needed):
-    """The choice when a test or a tuning run forces `tier`."""
+def _forced_choice(op, direction, span, pack, th, tier, block, one_pass, occupancy, smem_needed):
+    """The choice when a test or a tuning run forces `tier`; `span` is the row's span (dispatch.span_cols)."""
     if tier == "warp":
-        shape = dispatch.warp_shape(cols, pack, direction, th.small_group_rows, th.full_warp_rows)
+        shape = dispatch.warp_shape(span, pack, direction, th.small_group_rows, th.full_warp_rows)
         if shape is None:
             raise ValueError(f"the warp tier holds at most {dispatch.warp_shapes(pack, direction)[-1].max_cols} "
-                             f"columns in {pack}-element packs; got cols={cols}")
+                             f"columns in {pack}-element packs; got a row span of {span} (cols, plus up to a pack "
+                             "where rows start mid-pack)")
         return dispatch.TierChoice("warp", warp=shape, pack=pack)
     if tier == "smem":
         table = occupancy()
         size = block or dispatch.block_size_by_occupancy(table, th.block_rule)
         if size is None or table.get(size, 0) < 1:
-            raise ValueError(f"the shared-memory tier cannot launch cols={cols} ({smem_needed} bytes per row) "
+            raise ValueError(f"the shared-memory tier cannot launch a row span of {span} ({smem_needed} bytes per row) "
                              f"with {size or 128} threads on this device")
         return dispatch.TierChoice("smem", block=size, one_pass=one_pass, pack=pack)
     if tier == "registers":
-        shape = dispatch.registers_shape(cols, pack) if direction == "forward" else None
+        shape = dispatch.registers_shape(span, pack) if direction == "forward" else None
         if shape is None:
             raise ValueError(f"the registers tier runs forward rows in 16-byte packs of at most "
                              f"{dispatch.REGISTER_SHAPES[-1][0] * dispatch.REGISTER_SHAPES[-1][1]} packs; "
-                             f"got {op} cols={cols} with {pack}-element packs")
+                             f"got {op} with a row span of {span} in {pack}-element packs")
         if block is not None:
             raise ValueError("the registers tier's block size follows from cols; do not force one")
         return dispatch.TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
     if tier == "uncached":
         return dispatch.TierChoice("uncached", one_pass=one_pass, pack=pack,
-                                   block=dispatch.uncached_block_size(cols, pack, th.uncached_packs_per_thread))
+                                   block=dispatch.uncached_block_size(span, pack, th.uncached_packs_per_thread))
     raise ValueError(f"tier must be warp, registers, smem or uncached for {op}, got {tier!r}")
