@@ -38,6 +38,7 @@ class _Queries:
     def __init__(self, module, device: int) -> None:
         self.module, self.device = module, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.clusters = torch.cuda.get_device_capability(device) >= (9, 0)
 
     def smem_limit(self, kernel: str) -> int:
         return allow_all_dynamic_shared_memory(self.module.kernel(kernel), self.device)
