@@ -242,9 +242,11 @@ def test_auto_dispatch_reaches_every_tier():
         assert t(8, 4096, torch.float16, op) == ("registers" if forward else "smem")
         assert t(8, 8192, torch.float16, op) == "smem"
         assert t(8, 32768, torch.float32, op) == ("registers" if forward else "smem")  # backward: 7/8 cached
-        # float32 rows of 262144 (1 MiB): eighths leave one block an SM, where the forward's
-        # uncached re-read beat the cluster; the backward's y and dy still gain from one
-        assert t(8, 262144, torch.float32, op) == ("uncached" if forward or not clusters else "cluster")
+        # float16 rows of 262144 (512 KiB): eighths of 64 KiB, or of 128 KiB for y and dy
+        assert t(8, 262144, torch.float16, op) == ("cluster" if clusters else "uncached")
+        # float32 (1 MiB): eighths leave one block an SM, where the forward's uncached re-read beat
+        # the cluster; the backward's eighths (256 KiB of y and dy) fit no block
+        assert t(8, 262144, torch.float32, op) == "uncached"
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
 
