@@ -795,3 +795,181 @@ softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict_
         grad_store_range<T, Algo, P, U, false>(yr, dyr, span, cache_y, cache_dy, dxr, rest, end, bs, row_sum);
     }
 }
+
+// =============================================================================================
+// Cluster tier (sm_90 and later): one thread-block cluster of C blocks per row, for rows whose
+// cache leaves the shared-memory tier at most one block an SM, or does not fit at all. Block r
+// of a cluster caches packs [r S, r S + S) of the row's span (S = ceil(packs / C)) in its shared
+// memory, loaded with cp.async (every load of the slice in flight at once, no registers held);
+// the blocks merge their (m, d), or the backward's sum, through distributed shared memory, then
+// each writes its slice from its cache. The row crosses DRAM once each way, as in the
+// shared-memory tier, but a block holds 1/C of it: several blocks share an SM, so one row's
+// reduction overlaps the next rows' loads instead of leaving the SM idle.
+// Cache entry i of a slice is always thread i % blockDim's, in every pass and every row, so the
+// only barriers are the reductions' and one cluster barrier a row. Each block publishes its part
+// of a row in one of two slots, alternating by row: a block rewrites a slot only after the next
+// row's cluster barrier, which every peer passes only after reading that slot.
+// The partial head and tail packs are cached like the others, with the neutral value outside the
+// row (-inf for x, 0 for y and dy), and stored element by element.
+// Built empty below sm_90, where the plan never chooses it (DeviceQueries.clusters).
+// =============================================================================================
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define BW_CLUSTER_DIMS(c) __cluster_dims__(c, 1, 1)
+#else
+#define BW_CLUSTER_DIMS(c)
+#endif
+
+namespace bw {
+namespace smx {
+
+// Barrier over every thread of the cluster; release/acquire orders shared-memory writes before
+// it against peers' reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// The address of `local` (a shared variable) in the shared memory of block `rank` of the cluster.
+template <typename V>
+__device__ __forceinline__ const V* in_block(const V* local, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned long long out;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<unsigned long long>(local)), "r"(rank));
+    return reinterpret_cast<const V*>(out);
+#else
+    return local;
+#endif
+}
+
+// Pack k of the span into shared memory at `slot`: whole 16-byte packs by cp.async (completed by
+// copy_wait), partial ones (and all packs of P = 1) through registers with `fill` outside the row.
+template <typename T, int P>
+__device__ __forceinline__ void copy_pack(Pack<T, P>* slot, const T* __restrict__ row, RowSpan<P> span, int k,
+                                          float fill) {
+    if constexpr (P * sizeof(T) == 16) {
+        if (span.whole(k)) {
+            const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(slot));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to),
+                         "l"(reinterpret_cast<const Pack<T, P>*>(row - span.lo) + k) : "memory");
+            return;
+        }
+    }
+    *slot = span.whole(k) ? load_whole<T, P>(row, span, k) : load_partial<T, P>(row, span, k, fill);
+}
+
+__device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// This block's slice [lo, hi) of a span of `packs` packs split over C blocks.
+template <int C>
+__device__ __forceinline__ void cluster_slice(int packs, int rank, int& lo, int& hi) {
+    const int share = (packs + C - 1) / C;
+    lo = min(packs, rank * share);
+    hi = min(packs, lo + share);
+}
+
+}  // namespace smx
+}  // namespace bw
+
+template <typename T, int Algo, int P, int C>
+__global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
+softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows, int cols) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    typedef Pack<T, P> PackT;
+    extern __shared__ __align__(16) unsigned char softmax_smem[];
+    PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
+    __shared__ MD parts[2];
+    const int tid = threadIdx.x;
+    const int bs = blockDim.x;
+    const int rank = static_cast<int>(blockIdx.x % C);
+    int turn = 0;
+    for (i64 row = blockIdx.x / C; row < rows; row += gridDim.x / C, turn ^= 1) {
+        const T* xr = bw::smx::row_at(x, row, x_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(xr, cols);
+        int lo, hi;
+        bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+#pragma unroll 4
+        for (int k = lo + tid; k < hi; k += bs) bw::smx::copy_pack<T, P>(&cache[k - lo], xr, span, k, bw::neg_inf());
+        bw::smx::copy_wait();
+        MD md = bw::smx::md_identity();
+        for (int k = lo + tid; k < hi; k += bs) {
+            float f[P];
+            bw::smx::unpack(cache[k - lo], f);
+            md = bw::smx::md_add<T, P>(md, f);
+        }
+        md = bw::smx::block_allreduce_md<T>(md);
+        if (tid == 0) parts[turn] = md;
+        bw::smx::cluster_sync();
+        MD total = bw::smx::md_identity();
+#pragma unroll
+        for (int r = 0; r < C; ++r) total = bw::smx::md_merge<T>(total, *bw::smx::in_block(&parts[turn], r));
+        const float k_row = Forward<Algo, T>::finish(total.d);
+        T* yr = bw::smx::row_at(y, row, y_stride);
+        for (int k = lo + tid; k < hi; k += bs) {
+            float f[P];
+            bw::smx::unpack(cache[k - lo], f);
+#pragma unroll
+            for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], total.m, k_row);
+            bw::smx::store_any<T, P>(yr, span, k, bw::smx::pack_from<T, P>(f));
+        }
+    }
+    bw::smx::cluster_sync();  // no block leaves while a peer may still read its parts
+#endif
+}
+
+template <typename T, int Algo, int P, int C>
+__global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
+softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
+                     T* __restrict__ dx, i64 dx_stride, i64 rows, int cols) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    typedef Pack<T, P> PackT;
+    extern __shared__ __align__(16) unsigned char softmax_smem[];
+    unsigned smem_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
+    PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
+    PackT* cache_dy = cache_y + smem_bytes / (2 * sizeof(PackT));
+    __shared__ float parts[2];
+    const int tid = threadIdx.x;
+    const int bs = blockDim.x;
+    const int rank = static_cast<int>(blockIdx.x % C);
+    int turn = 0;
+    for (i64 row = blockIdx.x / C; row < rows; row += gridDim.x / C, turn ^= 1) {
+        const T* yr = bw::smx::row_at(y, row, y_stride);
+        const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
+        int lo, hi;
+        bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+#pragma unroll 4
+        for (int k = lo + tid; k < hi; k += bs) {
+            bw::smx::copy_pack<T, P>(&cache_y[k - lo], yr, span, k, 0.0f);
+            bw::smx::copy_pack<T, P>(&cache_dy[k - lo], dyr, span, k, 0.0f);
+        }
+        bw::smx::copy_wait();
+        float thread_sum = 0.0f;
+        for (int k = lo + tid; k < hi; k += bs) {
+            float fy[P], fdy[P];
+            bw::smx::unpack(cache_y[k - lo], fy);
+            bw::smx::unpack(cache_dy[k - lo], fdy);
+#pragma unroll
+            for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
+        }
+        const float block_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
+        if (tid == 0) parts[turn] = block_sum;
+        bw::smx::cluster_sync();
+        float total = 0.0f;
+#pragma unroll
+        for (int r = 0; r < C; ++r) total += *bw::smx::in_block(&parts[turn], r);
+        T* dxr = bw::smx::row_at(dx, row, dx_stride);
+        for (int k = lo + tid; k < hi; k += bs) {
+            float fy[P], fdy[P];
+            bw::smx::unpack(cache_y[k - lo], fy);
+            bw::smx::unpack(cache_dy[k - lo], fdy);
+#pragma unroll
+            for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
+            bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
+        }
+    }
+    bw::smx::cluster_sync();  // no block leaves while a peer may still read its parts
+#endif
+}

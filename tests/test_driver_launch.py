@@ -66,3 +66,62 @@ def test_threads_get_their_own_buffers():
     worker.start()
     worker.join()
     assert theirs and theirs[0] is not mine
+
+
+class _RecordingDriver:
+    """Stands in for libcuda: records each launch and the parameter values it would read."""
+
+    def __init__(self) -> None:
+        self.handles: dict = {}
+        self.calls: list = []
+        self.launch = self._launch
+        self.cooperative = lambda *a: self._launch(*a, None)
+
+    handle = driver_launch._Driver.handle
+
+    def _launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, addresses, extra):
+        self.calls.append((function.value, (gx, gy, gz), (bx, by, bz), smem, stream.value, self.read(addresses)))
+        return 0
+
+    layout = ("<Q", "<q", "<i", "<f")
+
+    def read(self, addresses):
+        return [struct.unpack(f, ctypes.string_at(addresses[i], struct.calcsize(f)))[0]
+                for i, f in enumerate(self.layout)]
+
+
+def test_a_bound_launch_writes_new_values_and_its_fixed_dimensions(monkeypatch):
+    fake = _RecordingDriver()
+    monkeypatch.setattr(driver_launch, "_DRIVER", fake)
+    example = (FakeTensor(0x1000), np.int64(3), np.int32(4), np.float32(0.5))
+    bound = driver_launch.BoundLaunch(0xABC, (7, 1, 1), (128, 2, 1), 4096, example)
+    bound(0x55, (0x7F00_0000_0010, -9, 12, 2.25))
+    bound(0x66, (0x20, 1, 2, 3.0))
+    assert fake.calls == [(0xABC, (7, 1, 1), (128, 2, 1), 4096, 0x55, [0x7F00_0000_0010, -9, 12, 2.25]),
+                          (0xABC, (7, 1, 1), (128, 2, 1), 4096, 0x66, [0x20, 1, 2, 3.0])]
+
+
+def test_a_bound_launch_names_the_drivers_error(monkeypatch):
+    fake = _RecordingDriver()
+    fake.launch = lambda *a: 700
+    fake.error_text = lambda code: "CUDA_ERROR_ILLEGAL_ADDRESS"
+    monkeypatch.setattr(driver_launch, "_DRIVER", fake)
+    bound = driver_launch.BoundLaunch(1, (1, 1, 1), (1, 1, 1), 0, (np.int32(1),))
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        bound(0, (1,))
+
+
+def test_a_planned_call_on_another_device_takes_the_general_path_with_typed_arguments(monkeypatch):
+    from bwbench.cuda import loader
+    from bwbench.cuda.launch_spec import Launch
+
+    class Kernel:
+        _functions: dict = {}
+
+    seen = []
+    monkeypatch.setattr(loader, "run", lambda kernel, spec, args, device: seen.append((args, device)))
+    call = loader.PlannedCall(Kernel(), Launch("k", (1,), (32,)), (FakeTensor(16), np.int64(2), np.float32(1)), 3)
+    call.enqueue((0x40, 5, 0.5))
+    (args, device), = seen
+    assert device == 3 and [type(a) for a in args] == [np.uint64, np.int64, np.float32]
+    assert [a.item() for a in args] == [0x40, 5, 0.5]

@@ -153,6 +153,8 @@ def global_accesses(ptx: str) -> dict[str, dict[str, int]]:
         wide = re.search(r"\b(ld|st)\.global(?:\.nc)?\.v4\.(?:u32|b32|f32|s32)\b", line)
         if wide:
             counts[entry][wide.group(1) + "128"] += 1
+        if re.search(r"\bcp\.async\.c[ag]\.shared\.global(?:\.L2::\w+)? \[[^]]+\], \[[^]]+\], 16\b", line):
+            counts[entry]["ld128"] += 1  # a 16-byte load straight into shared memory
     return counts
 
 
@@ -165,6 +167,8 @@ def test_global_scalar_halves_counts_per_entry() -> None:
     ptx = (".visible .entry _Z1aPKs(\n ld.global.nc.u16 %rs1, [%rd1];\n st.global.v4.u32 [%rd2], {%r1, %r2, %r3, %r4};\n"
            ".visible .entry _Z1bPKs(\n ld.global.nc.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1];\n st.global.u16 [%rd2], %rs1;\n")
     assert global_scalar_halves(ptx) == {"_Z1aPKs": (1, 0), "_Z1bPKs": (0, 1)}
+    copy = ".visible .entry _Z1cPKs(\n cp.async.cg.shared.global [%r1], [%rd1], 16;\n"
+    assert global_accesses(copy)["_Z1cPKs"]["ld128"] == 1
     assert global_accesses(ptx)["_Z1aPKs"]["st128"] == 1 and global_accesses(ptx)["_Z1bPKs"]["ld128"] == 1
 
 

@@ -51,10 +51,18 @@ def _cases():
     ]
 
 
+ROUNDS = 3
+"""Each side is measured this many times, alternating, and keeps its lowest median: host cost is a
+fixed software cost, and what varies between rounds (the CPU's clock after the device sleep, the
+first touch of a code path) only adds to it, on either side."""
+
+
 def test_launchers_enqueue_within_twice_torchs_host_cost():
     rows, slow = [], []
     for name, ours, theirs in _cases():
-        mine, torchs = _host_us(ours), _host_us(theirs)
+        mine, torchs = float("inf"), float("inf")
+        for _ in range(ROUNDS):
+            mine, torchs = min(mine, _host_us(ours)), min(torchs, _host_us(theirs))
         rows.append(f"{name:18s} {mine:7.1f} us  torch {torchs:7.1f} us  ratio {mine / torchs:4.2f}")
         if mine > MAX_RATIO * torchs:
             slow.append(name)

@@ -49,8 +49,9 @@ class FakeDevice:
 
     sms = 132
 
-    def __init__(self) -> None:
+    def __init__(self, clusters: bool = True) -> None:
         self.asked: list[tuple] = []
+        self.clusters = clusters
 
     def smem_limit(self, kernel: str) -> int:
         self.asked.append(("limit", kernel))
@@ -154,3 +155,62 @@ def test_no_kernel_has_a_build_switch():
         for line in path.read_text().splitlines():
             if re.match(r"\s*#\s*if", line):
                 assert "__CUDA_ARCH__" in line, f"{path.name}: {line.strip()}"
+
+
+def test_cluster_shape_takes_the_smallest_cluster_that_leaves_two_blocks_an_sm():
+    from bwbench.cuda.softmax.dispatch import cluster_shape
+
+    limit = 227 * 1024
+    # float16 rows of 262144: 512 KiB; halves of 256 KiB do not fit, quarters fit once, eighths twice.
+    assert cluster_shape(262144, 8, 2, "forward", limit) == (8, 512, 64 * 1024)
+    # 100003 columns (200 KiB): a pair of 100 KiB slices leaves room for two blocks an SM.
+    size, threads, smem = cluster_shape(100003, 8, 2, "forward", limit)
+    assert (size, smem) == (2, 6251 * 16) and threads == 1024
+    # The backward caches y and dy: twice the bytes a slice.
+    assert cluster_shape(65536, 8, 2, "backward", limit)[0] == 4
+    assert cluster_shape(1 << 21, 8, 2, "forward", limit) is None, "eighths of 4 MiB do not fit"
+    assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4), "one element a pack"
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("cols", [100_003, 262_144, 300_000])
+def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, cols):
+    from bwbench.cuda.softmax import dispatch
+    from bwbench.cuda.softmax.plan import OPERATIONS, plan
+
+    direction = OPERATIONS[op][0]
+    if direction == "forward" and cols == 100_003:  # 200 KiB: one shared-memory block still holds it
+        assert plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True)).tier == "smem"
+        return
+    with_clusters = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True))
+    assert with_clusters.tier == "cluster" and with_clusters.choice.cluster in dispatch.CLUSTER_SIZES
+    assert with_clusters.grid % with_clusters.choice.cluster == 0
+    assert with_clusters.grid == 1024 * with_clusters.choice.cluster, "a cluster for every row"
+    assert with_clusters.launch.kernel in dispatch.kernel_names("half_t", direction)
+    assert with_clusters.smem <= 227 * 1024
+    without = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=False))
+    assert without.tier != "cluster"
+    capped = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True), grid_waves=1)
+    assert capped.grid % capped.choice.cluster == 0 and capped.grid < with_clusters.grid
+
+
+def test_a_forced_cluster_tier_needs_clusters():
+    from bwbench.cuda.softmax.plan import plan
+
+    forced = plan("softmax", 7, 33, "half_t", 8, FakeDevice(clusters=True), tier="cluster")
+    assert forced.tier == "cluster" and forced.grid == 7 * forced.choice.cluster
+    with pytest.raises(ValueError, match="clusters"):
+        plan("softmax", 7, 33, "half_t", 8, FakeDevice(clusters=False), tier="cluster")
+
+
+def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
+    from bwbench.cuda.softmax.plan import plan
+
+    # float32 rows of 262144 (1 MiB): eighths of 128 KiB leave one block an SM
+    assert plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True)).tier == "uncached"
+    assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).tier == "cluster"
+    forced = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True), tier="cluster")
+    assert forced.choice.cluster == 8 and forced.smem == 128 * 1024
+    # the partly cached backward keeps rows whose y and dy one block mostly holds
+    partly = plan("softmax_backward", 4096, 32768, "float", 4, FakeDevice(clusters=True))
+    assert partly.tier == "smem" and partly.choice.partial

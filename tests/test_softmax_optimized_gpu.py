@@ -35,8 +35,8 @@ COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
 FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "registers", "smem", "smem/three-pass",
-                 "smem/oneflow", "uncached", "uncached/three-pass"]
-BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached"]
+                 "smem/oneflow", "uncached", "uncached/three-pass", "cluster"]
+BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached", "cluster"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
 
 
@@ -171,6 +171,10 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     with pytest.raises(ValueError, match="registers tier runs"):
                         fn(**laid, out=out, **overrides)
                     continue
+            if overrides.get("tier") == "cluster" and torch.cuda.get_device_capability() < (9, 0):
+                with pytest.raises(ValueError, match="clusters"):
+                    fn(**laid, out=out, **overrides)
+                continue
             if overrides.get("tier") == "smem":
                 try:
                     plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, **overrides)
@@ -228,13 +232,21 @@ def test_auto_dispatch_reaches_every_tier():
         assert t(49152, 1024, torch.float16, op) == "warp"
         assert t(8, 4097, torch.float16, op) == "smem"
         assert t(8, 4096, torch.float32, op) == "smem"
-        # 65535 float32 values (256 KiB; twice that for y and dy) fit no GPU's shared memory
-        assert t(8, 65535, torch.float32, op) == "uncached"
+        # 65535 float32 values (256 KiB; twice that for y and dy) fit no block's shared memory:
+        # a cluster's blocks share the row where the GPU launches clusters
+        clusters = torch.cuda.get_device_capability() >= (9, 0)
+        assert t(8, 65535, torch.float32, op) == ("cluster" if clusters else "uncached")
+        assert t(8, 1 << 22, torch.float16, op) == "uncached", "eighths of 8 MiB fit no cluster"
         # The forward's registers tier: 512 packs, and rows whose cache leaves one block an SM.
         forward = "backward" not in op
         assert t(8, 4096, torch.float16, op) == ("registers" if forward else "smem")
         assert t(8, 8192, torch.float16, op) == "smem"
         assert t(8, 32768, torch.float32, op) == ("registers" if forward else "smem")  # backward: 7/8 cached
+        # float16 rows of 262144 (512 KiB): eighths of 64 KiB, or of 128 KiB for y and dy
+        assert t(8, 262144, torch.float16, op) == ("cluster" if clusters else "uncached")
+        # float32 (1 MiB): eighths leave one block an SM, where the forward's uncached re-read beat
+        # the cluster; the backward's eighths (256 KiB of y and dy) fit no block
+        assert t(8, 262144, torch.float32, op) == "uncached"
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
 
@@ -269,9 +281,13 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
         table = {size: (max_active_blocks_per_sm(smem_kernel, size, smem, device) if smem <= limit else 0)
                  for size in d.BLOCK_SIZES}
         partial = smem < d.smem_bytes(direction, span, itemsize, pack)
+        cluster = None
+        if torch.cuda.get_device_capability(device) >= (9, 0) and th.cluster_below_smem_blocks:
+            cluster = d.cluster_shape(span, pack, itemsize, direction, limit, th.cluster_min_blocks_per_sm)
         assert plan.choice.partial == (partial and plan.tier == "smem")
         assert replace(plan.choice, partial=False) == d.choose_tier(span, pack, direction=direction,
-                                                                    smem_blocks_per_sm=table, thresholds=th)
+                                                                    smem_blocks_per_sm=table, thresholds=th,
+                                                                    cluster=cluster)
         assert plan.grid >= 1 and plan.block in (128, 256, 512, 1024)
 
 

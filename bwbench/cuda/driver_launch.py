@@ -131,6 +131,36 @@ def slots_for(function: int, args: Sequence[Any]) -> ArgumentSlots:
     return slots
 
 
+class BoundLaunch:
+    """One kernel's launch on one device with its dimensions and argument layout fixed: a call
+    writes the argument values into the parameter buffer and enqueues, nothing else. What a
+    launcher keeps for a call it has checked and planned before (the host cost of a repeat).
+
+    Values are passed raw, in the kernel's parameter order: device addresses as ints (0 for
+    None) and scalars as numbers of the widths the example arguments had. One buffer, guarded by
+    a lock (the driver copies it during the call, which releases the GIL)."""
+
+    def __init__(self, function: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
+                 args: Sequence[Any], cooperative: bool = False) -> None:
+        d = driver()
+        slots = ArgumentSlots(layout_of(args))
+        self._call = d.cooperative if cooperative else d.launch
+        self._head = (d.handle(function), *grid, *block, shared_mem)
+        self._tail = (slots.addresses,) if cooperative else (slots.addresses, None)
+        self._pack = slots.format.pack_into
+        self._buffer = slots.buffer
+        self._streams = d.handles
+        self._lock = threading.Lock()
+
+    def __call__(self, stream: int, values: Sequence[Any]) -> None:
+        handle = self._streams.get(stream) or driver().handle(stream)
+        with self._lock:
+            self._pack(self._buffer, 0, *values)
+            code = self._call(*self._head, handle, *self._tail)
+        if code:
+            raise RuntimeError(f"cuLaunchKernel failed: {driver().error_text(code)} ({code})")
+
+
 def enqueue(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
             stream: int, args: Sequence[Any], cooperative: bool = False) -> None:
     """cuLaunchKernel (or cuLaunchCooperativeKernel) of `function` (a CUfunction handle) on `stream`

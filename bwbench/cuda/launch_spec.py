@@ -76,6 +76,9 @@ class DeviceQueries(Protocol):
     sms: int
     """Streaming multiprocessors of the device."""
 
+    clusters: bool
+    """Whether the device launches thread-block clusters (compute capability 9.0 and later)."""
+
     def smem_limit(self, kernel: str) -> int:
         """Dynamic shared memory `kernel` may launch with here (and let it have that much)."""
 

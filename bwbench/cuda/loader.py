@@ -44,6 +44,7 @@ __all__ = [
     "Kernel",
     "KernelCompileError",
     "KernelSource",
+    "PlannedCall",
     "check_matrix",
     "cpp_type",
     "declared_sources",
@@ -560,6 +561,33 @@ def run(kernel: Kernel, spec: Launch, args: Sequence[Any], device: int) -> None:
                 kernel.raw(spec.grid, spec.block, packed, shared_mem=spec.shared_mem)
         if _driver_available():
             kernel._functions[device] = int(kernel.raw.kernel.ptr)  # its attributes are set now
+
+
+class PlannedCall:
+    """A launch a launcher has checked and planned, kept for repeats on the same kind of
+    arguments: `enqueue(values)` launches it on PyTorch's current stream of its device with the
+    new argument values and nothing else, since everything a call on those arguments would check
+    or plan is already settled.
+
+    Made from the example arguments of a launch that has just run through `run` (tensors, None
+    and numpy scalars, which fix the parameter widths). `values` are raw, in the same order:
+    device addresses as ints (0 for None), scalars as numbers.
+    """
+
+    def __init__(self, kernel: Kernel, spec: Launch, args: Sequence[Any], device: int) -> None:
+        self.kernel, self.spec, self.device = kernel, spec, device
+        self._types = tuple(np.uint64 if kind == "pointer" else kind.type for kind in driver_launch.layout_of(args))
+        function = kernel._functions.get(device)
+        self._bound = None if function is None else driver_launch.BoundLaunch(
+            function, _dims3(spec.grid), _dims3(spec.block), spec.shared_mem, args, spec.cooperative)
+
+    def enqueue(self, values: Sequence[Any]) -> None:
+        if self._bound is not None and _current_device() == self.device:
+            self._bound(_RAW_STREAM(self.device) if _RAW_STREAM is not None else current_stream_ptr(self.device),
+                        values)
+            return
+        # Another device is current, or no driver: the general path, with typed arguments again.
+        run(self.kernel, self.spec, [t(v) for t, v in zip(self._types, values)], self.device)
 
 
 def _dims3(dims: tuple[int, ...]) -> tuple[int, int, int]:

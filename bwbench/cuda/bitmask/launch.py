@@ -35,7 +35,7 @@ from bwbench.cuda.bitmask.plan import (
     word_bytes,
 )
 from bwbench.cuda.launch_spec import MAX_GRID, Launch
-from bwbench.cuda.loader import Kernel, KernelSource, cpp_type, grid_size, load, run
+from bwbench.cuda.loader import Kernel, KernelSource, PlannedCall, cpp_type, grid_size, load, run
 
 SOURCE = KernelSource("bitmask.cu", KERNELS)
 
@@ -107,11 +107,14 @@ def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
     if spec is None:
         spec = _SPECS[(name, blocks)] = Launch(name, (blocks,), (BLOCK,))
     run(kernel, spec, args, device)
+    _LAST[name] = spec
 
 
 _KERNELS: dict[tuple[str, int], tuple[Kernel, int]] = {}
 """Kernel and blocks of one full wave, by (kernel name, device)."""
 _SPECS: dict[tuple[str, int], Launch] = {}
+_LAST: dict[str, Launch] = {}
+"""The launch each kernel name was last enqueued with (for _remember)."""
 
 
 def _dropout_waves(x: torch.Tensor) -> int | None:
@@ -123,11 +126,50 @@ def _vec(dtype: torch.dtype) -> int:
 
 
 def _new_words(n: int, device) -> torch.Tensor:
-    return torch.empty(max(1, (n + 31) // 32), dtype=torch.int32, device=device)
+    """The mask's 32-bit words the kernels write, as bytes (4 * ceil(n / 32), at least 4)."""
+    return torch.empty(4 * max(1, (n + 31) // 32), dtype=torch.uint8, device=device)
 
 
 def _bits_view(words: torch.Tensor, n: int) -> torch.Tensor:
-    return words.view(torch.uint8)[:packed_bytes(n)]
+    used = packed_bytes(n)
+    return words if words.numel() == used else words[:used]
+
+
+class _Repeat:
+    """A call the launcher has checked and planned before, kept for inputs of the same kind
+    (dtype, device, shape, contiguity, 16-byte phase, and the call's fixed options): a repeat only
+    allocates its outputs and enqueues, with the values that vary (addresses, seed, offset)."""
+
+    def __init__(self, launch: PlannedCall, like: torch.Tensor, out_phase: int, fixed: tuple) -> None:
+        self.launch, self.out_phase, self.fixed = launch, out_phase, fixed
+        self.n, self.device = like.numel(), like.device
+
+
+_REPEATS: dict[tuple, _Repeat] = {}
+"""Repeats of relu_forward, dropout_forward and masked_backward, by _signature."""
+
+
+def _signature(op: str, tensors: tuple, *options) -> tuple | None:
+    """Everything the checks and the kernel choice look at, or None where an argument cannot be
+    remembered (not a tensor: the checks will say so)."""
+    try:
+        key = (op, *options, *[item for t in tensors
+                                for item in (t.dtype, t.get_device(), t.shape, t.is_contiguous(), t.data_ptr() % 16)])
+        hash(key)
+        return key
+    except (AttributeError, TypeError):
+        return None
+
+
+def _remember(key: tuple | None, name: str, args: tuple, like: torch.Tensor, out: torch.Tensor,
+              fixed: tuple = ()) -> None:
+    """Keep the launch `_launch` has just made for `name` under `key`, with the scalar values a
+    repeat passes unchanged (`fixed`)."""
+    if key is None:
+        return
+    kernel, _ = _KERNELS[(name, like.device.index)]
+    spec = _LAST[name]
+    _REPEATS[key] = _Repeat(PlannedCall(kernel, spec, args, like.device.index), like, out.data_ptr() % 16, fixed)
 
 
 def _check_bits(mask: torch.Tensor, n: int) -> None:
@@ -145,13 +187,23 @@ def _check_bits(mask: torch.Tensor, n: int) -> None:
 
 def relu_forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """y = relu(x) and the packed-bit mask of x > 0, mask words built with a warp-group OR."""
+    key = _signature("relu_forward", (x,))
+    repeat = _REPEATS.get(key) if key is not None else None
+    if repeat is not None:
+        y = torch.empty_like(x)
+        if y.data_ptr() % 16 == repeat.out_phase:
+            words = _new_words(repeat.n, repeat.device)
+            repeat.launch.enqueue((x.data_ptr(), y.data_ptr(), words.data_ptr(), repeat.n))
+            return y, _bits_view(words, repeat.n)
     _check_values(x, "x")
     n = x.numel()
     y = torch.empty_like(x)
     words = _new_words(n, x.device)
     if n:
         name = f"relu_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}>"
-        _launch(name, -(-n // _vec(x.dtype)), (x, y, words, np.int64(n)), waves=None)
+        args = (x, y, words, np.int64(n))
+        _launch(name, -(-n // _vec(x.dtype)), args, waves=None)
+        _remember(key, name, args, x, y)
     return y, _bits_view(words, n)
 
 
@@ -162,6 +214,13 @@ def relu_backward(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def masked_backward(dy: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
     """dx = dy * scale where the packed-bit mask is set, else 0 (ReLU: scale 1; dropout: 1/(1-p))."""
+    key = _signature("masked_backward", (dy, mask), float(scale)) if isinstance(scale, (int, float)) else None
+    repeat = _REPEATS.get(key) if key is not None else None
+    if repeat is not None:
+        dx = torch.empty_like(dy)
+        if dx.data_ptr() % 16 == repeat.out_phase:
+            repeat.launch.enqueue((dy.data_ptr(), mask.data_ptr(), mask.numel(), dx.data_ptr(), scale, repeat.n))
+            return dx
     _check_values(dy, "dy")
     n = dy.numel()
     _check_bits(mask, n)
@@ -174,6 +233,7 @@ def masked_backward(dy: torch.Tensor, mask: torch.Tensor, scale: float) -> torch
             _launch(name, 32 * max(1, n // MASK_LINE), args, waves=None)
         else:  # one wave of threads striding a pack at a time
             _launch(name, -(-n // _vec(dy.dtype)), args)
+        _remember(key, name, args, dy, dx)
     return dx
 
 
@@ -219,6 +279,17 @@ def _dropout_args(p: float, seed: int, offset: int):
 
 def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """y = x * keep / (1 - p) and the packed-bit keep mask; keep from Philox4x32-10 at (seed, offset)."""
+    key = _signature("dropout_forward", (x,), float(p)) if isinstance(p, (int, float)) else None
+    repeat = _REPEATS.get(key) if key is not None else None
+    if repeat is not None and isinstance(seed, int) and isinstance(offset, int) and 0 <= seed < 2**64 \
+            and 0 <= offset < 2**64:
+        y = torch.empty_like(x)
+        if y.data_ptr() % 16 == repeat.out_phase:
+            words = _new_words(repeat.n, repeat.device)
+            threshold, scale = repeat.fixed
+            repeat.launch.enqueue((x.data_ptr(), y.data_ptr(), words.data_ptr(), threshold, scale, seed, offset,
+                                   repeat.n))
+            return y, _bits_view(words, repeat.n)
     _check_values(x, "x")
     n = x.numel()
     args = _dropout_args(p, seed, offset)
@@ -226,7 +297,9 @@ def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tu
     words = _new_words(n, x.device)
     if n:
         name = f"dropout_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}, {_wide_counter(n)}>"
-        _launch(name, -(-n // _vec(x.dtype)), (x, y, words, *args, np.int64(n)), waves=_dropout_waves(x))
+        launch_args = (x, y, words, *args, np.int64(n))
+        _launch(name, -(-n // _vec(x.dtype)), launch_args, waves=_dropout_waves(x))
+        _remember(key, name, launch_args, x, y, fixed=(int(args[0]), float(args[1])))
     return y, _bits_view(words, n)
 
 

@@ -25,6 +25,7 @@ from bwbench.cuda.loader import (
     CompiledModule,
     Kernel,
     KernelSource,
+    PlannedCall,
     check_matrix,
     cpp_type,
     load,
@@ -83,7 +84,7 @@ def outputs(x: torch.Tensor, out: tuple | None, rms: bool) -> tuple[torch.Tensor
     """(y, rstd) or (y, mean, rstd): new tensors, or `out` checked."""
     rows = x.shape[0]
     if out is None:
-        y = torch.empty_like(x, memory_format=torch.contiguous_format)
+        y = torch.empty_like(x)  # x is contiguous (checked)
         stats = [torch.empty(rows, dtype=torch.float32, device=x.device) for _ in range(1 if rms else 2)]
         return (y, *stats)
     want = 2 if rms else 3
@@ -188,7 +189,56 @@ def _tuned(x: torch.Tensor, rms: bool, pack: int, tier, block, waves: tuple, arg
     return step
 
 
+class _Repeat:
+    """A call the launcher has checked, tuned and run before, kept for inputs of the same kind
+    (the same dtype, device, shape, strides and 16-byte phase of x, gamma and beta, and the same
+    eps and options): a repeat only allocates its outputs and enqueues."""
+
+    def __init__(self, launch: PlannedCall, x: torch.Tensor, rms: bool, y_phase: int) -> None:
+        self.launch, self.rms, self.y_phase = launch, rms, y_phase
+        self.rows, self.cols = x.shape
+        self.device = x.device
+
+    def __call__(self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, eps: float):
+        y = torch.empty_like(x)
+        if y.data_ptr() % 16 != self.y_phase:  # another allocator: the caller plans afresh
+            return None
+        rstd = torch.empty(self.rows, dtype=torch.float32, device=self.device)
+        if self.rms:
+            self.launch.enqueue((x.data_ptr(), gamma.data_ptr(), 0, y.data_ptr(), 0, rstd.data_ptr(),
+                                 self.rows, self.cols, eps))
+            return y, rstd
+        mean = torch.empty(self.rows, dtype=torch.float32, device=self.device)
+        self.launch.enqueue((x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(), mean.data_ptr(),
+                             rstd.data_ptr(), self.rows, self.cols, eps))
+        return y, mean, rstd
+
+
+_REPEATS: dict[tuple, _Repeat] = {}
+"""Calls without out=, by _signature."""
+
+
+def _signature(x, gamma, beta, eps, rms: bool, tier, block, waves) -> tuple | None:
+    """Everything the checks and the plan look at, or None where an argument is not of a kind that
+    can be remembered (not a tensor, say: the checks will say so)."""
+    try:
+        key = [rms, float(eps), tier, block, tuple(waves)]
+        for t in (x, gamma) if rms else (x, gamma, beta):
+            key += (t.dtype, t.get_device(), t.shape, t.stride(), t.data_ptr() % 16)
+        key = tuple(key)
+        hash(key)
+        return key
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def _run(x, gamma, beta, eps, out, rms: bool, tier: str | None, block: int | None, waves: tuple):
+    key = _signature(x, gamma, beta, eps, rms, tier, block, waves) if out is None else None
+    repeat = _REPEATS.get(key) if key is not None else None
+    if repeat is not None:
+        found = repeat(x, gamma, beta, eps)
+        if found is not None:
+            return found
     what = "rms_norm" if rms else "layer_norm"
     result, y, mean, rstd = checked_outputs(x, gamma, beta, out, rms, what)
     rows, cols = x.shape
@@ -201,7 +251,10 @@ def _run(x, gamma, beta, eps, out, rms: bool, tier: str | None, block: int | Non
         pack = 1
     args = (x, gamma, beta, y, mean, rstd, np.int32(rows), np.int32(cols), np.float32(eps))
     step = _tuned(x, rms, pack, tier, block, tuple(waves), args)
-    run(step.kernel, step.launch, args, x.device.index)
+    device = x.device.index
+    run(step.kernel, step.launch, args, device)
+    if key is not None and y.is_contiguous() and not torch.cuda.is_current_stream_capturing():
+        _REPEATS[key] = _Repeat(PlannedCall(step.kernel, step.launch, args, device), x, rms, y.data_ptr() % 16)
     return result
 
 

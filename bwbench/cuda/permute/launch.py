@@ -21,7 +21,7 @@ import torch
 
 from bwbench.cuda.errors import PermuteError
 from bwbench.cuda.launch_spec import Launch
-from bwbench.cuda.loader import Kernel, KernelSource, launch, load, run
+from bwbench.cuda.loader import Kernel, KernelSource, PlannedCall, launch, load, run
 from bwbench.cuda.permute.plan import (
     MAX_DIMS,
     NAIVE_KERNELS,
@@ -99,6 +99,29 @@ def plan_for(x: torch.Tensor, perm: Sequence[int], out: torch.Tensor | None = No
     return _cached(shape, perm, x.element_size(), x.data_ptr() % 16, dst % 16, config)[0]
 
 
+class _Repeat:
+    """A permute the launcher has checked and planned before, kept for inputs of the same kind
+    (dtype, device, shape, 16-byte phase, permutation, config): a repeat only allocates and enqueues."""
+
+    def __init__(self, launch: PlannedCall | None, x: torch.Tensor, out_shape: tuple[int, ...], dst_phase: int,
+                 scalars: tuple) -> None:
+        self.launch, self.out_shape, self.dst_phase = launch, out_shape, dst_phase
+        self.dtype, self.device = x.dtype, x.device
+        self.scalars = tuple(a.item() for a in scalars)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
+        y = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        if y.data_ptr() % 16 != self.dst_phase:  # another allocator: the caller plans afresh
+            return None
+        if self.launch is not None:
+            self.launch.enqueue((x.data_ptr(), y.data_ptr(), *self.scalars))
+        return y
+
+
+_REPEATS: dict[tuple, _Repeat] = {}
+"""Calls without out=, by (dtype, device index, shape, contiguity, 16-byte phase, perm, config)."""
+
+
 def permute(x: torch.Tensor, perm: Sequence[int], *, out: torch.Tensor | None = None,
             config: TileConfig | GatherConfig | None = None) -> torch.Tensor:
     """x.permute(perm).contiguous(), bit for bit, with the optimized kernels.
@@ -109,16 +132,32 @@ def permute(x: torch.Tensor, perm: Sequence[int], *, out: torch.Tensor | None = 
     (tuning only; it must be one that OPTIMIZED declares). Raises ValueError for anything it cannot do (more than 8 dimensions after
     merging, a non-contiguous input).
     """
+    key = None
+    if out is None:
+        try:
+            key = (x.dtype, x.get_device(), x.shape, x.is_contiguous(), x.data_ptr() % 16, tuple(perm), config)
+            repeat = _REPEATS.get(key)
+        except (AttributeError, TypeError):
+            key = repeat = None
+        if repeat is not None:
+            found = repeat(x)
+            if found is not None:
+                return found
     shape, perm = _check_input(x, perm, "permute")
     y = _output(x, tuple(shape[p] for p in perm), out)
     try:
         plan, spec = _cached(shape, perm, x.element_size(), x.data_ptr() % 16, y.data_ptr() % 16, config)
     except PermuteError as err:
         raise ValueError(str(err)) from None
-    if spec is None:
-        return y
     device = x.device.index
-    run(_kernel(spec.kernel, device), spec, (x, y, *spec.args), device)
+    launch = None
+    if spec is not None:
+        kernel = _kernel(spec.kernel, device)
+        args = (x, y, *spec.args)
+        run(kernel, spec, args, device)
+        launch = PlannedCall(kernel, spec, args, device)
+    if key is not None:
+        _REPEATS[key] = _Repeat(launch, x, tuple(y.shape), y.data_ptr() % 16, spec.args if spec is not None else ())
     return y
 
 

@@ -79,7 +79,11 @@ BLOCK_RULES = ("threads", "oneflow")
 
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
 ALGORITHMS = {"softmax": 0, "log_softmax": 1}
-TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block")
+TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster")
+CLUSTER_SIZES = (2, 4, 8)
+"""Blocks per row of the cluster tier: the sizes every sm_90 GPU launches (8 is the portable limit)."""
+CLUSTER_PACKS_PER_THREAD = 8
+"""The cluster tier's block size gives each thread about this many packs of its slice."""
 DIRECTIONS = ("forward", "backward")
 
 REGISTER_SHAPES = ((4, 128), (4, 256), (4, 512), (4, 1024), (8, 1024))
@@ -144,6 +148,12 @@ class Thresholds:
     """Backward rows whose y and dy do not fit in a block's shared memory still take the
     shared-memory tier, caching the row's first packs and reading the rest twice, where at least
     this share of the row fits (0: they take the uncached tier)."""
+    cluster_below_smem_blocks: int = 0
+    """Rows past the warp and registers tiers whose shared-memory tier fits fewer than this many
+    128-thread blocks an SM (0: none fit) go to the cluster tier, on GPUs that launch clusters
+    (0 disables it)."""
+    cluster_min_blocks_per_sm: int = 1
+    """The cluster tier is chosen only where its slices leave at least this many blocks an SM."""
 
     def __post_init__(self) -> None:
         if self.small_group_rows not in SMALL_GROUP_ROWS:
@@ -171,6 +181,8 @@ class TierChoice:
     """Registers tier: 16-byte packs each thread holds."""
     partial: bool = False
     """Backward shared-memory tier: the row does not fit, so only its first packs are cached."""
+    cluster: int = 0
+    """Cluster tier: blocks per row (one of CLUSTER_SIZES)."""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -294,6 +306,30 @@ def registers_shape(cols: int, pack: int) -> tuple[int, int] | None:
     return None
 
 
+def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limit: int,
+                  min_blocks_per_sm: int = 1) -> tuple[int, int, int] | None:
+    """(blocks per row, threads, dynamic shared memory) of the cluster tier for a row span of
+    `cols`, or None where even the largest cluster's slices leave fewer than `min_blocks_per_sm`
+    blocks an SM within `smem_limit`: the smallest cluster whose slice leaves room for two blocks
+    an SM, else the smallest whose slice fits."""
+    packs = span_packs(cols, pack)
+    per_pack = pack * itemsize * (2 if direction == "backward" else 1)
+    fitting = [c for c in CLUSTER_SIZES if -(-packs // c) * per_pack <= smem_limit // max(1, min_blocks_per_sm)]
+    if not fitting:
+        return None
+    size = next((c for c in fitting if -(-packs // c) * per_pack <= smem_limit // 2), fitting[0])
+    slice_packs = -(-packs // size)
+    return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), \
+        cluster_smem_bytes(cols, pack, itemsize, direction, size)
+
+
+def cluster_smem_bytes(cols: int, pack: int, itemsize: int, direction: str, size: int) -> int:
+    """Dynamic shared memory of one block of the cluster tier: its slice of the row's packs (x;
+    or y and dy), the slices of `size` blocks covering the span."""
+    per_pack = pack * itemsize * (2 if direction == "backward" else 1)
+    return -(-span_packs(cols, pack) // size) * per_pack
+
+
 def smem_bytes(direction: str, cols: int, itemsize: int, pack: int = 1) -> int:
     """Dynamic shared memory of the cached block tier: the row's packs as stored (x; or y and dy)."""
     return span_packs(cols, pack) * pack * itemsize * (2 if direction == "backward" else 1)
@@ -314,12 +350,14 @@ def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int,
 
 def choose_tier(cols: int, pack: int, *, direction: str = "forward",
                 smem_blocks_per_sm: Mapping[int, int] | None = None,
-                thresholds: Thresholds = Thresholds()) -> TierChoice:
+                thresholds: Thresholds = Thresholds(),
+                cluster: tuple[int, int, int] | None = None) -> TierChoice:
     """The tier for a row whose span (span_cols) is `cols` elements, moved `pack` at a time.
 
     smem_blocks_per_sm: resident blocks per SM of the cached block kernel at each block size with
     this row's shared memory (the occupancy query); only consulted when the warp tier does not
     apply, and None means "not asked" (treated as: does not fit).
+    cluster: the cluster tier's shape here (cluster_shape), None where the GPU has no clusters.
     """
     if cols < 1:
         raise ValueError(f"cols must be >= 1, got {cols}")
@@ -334,6 +372,9 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
         crowded = resident < thresholds.registers_below_smem_blocks
         if _short_for_registers(cols, pack, direction, thresholds) or crowded:
             return TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
+    resident = (smem_blocks_per_sm or {}).get(BLOCK_SIZES[0], 0)
+    if cluster is not None and resident < thresholds.cluster_below_smem_blocks:
+        return TierChoice("cluster", block=cluster[1], pack=pack, cluster=cluster[0])
     if smem_blocks_per_sm is not None:
         block = block_size_by_occupancy(smem_blocks_per_sm, thresholds.block_rule)
         if block is not None and smem_blocks_per_sm[BLOCK_SIZES[0]] >= max(1, thresholds.min_smem_blocks_per_sm):
@@ -392,6 +433,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             return f"softmax_warp_online<{ctype}, {algo}, {p}, {choice.warp.group}>"
         if choice.tier == "registers":
             return f"softmax_rows<{ctype}, {algo}, {p}, {choice.packs_per_thread}, {choice.block}>"
+        if choice.tier == "cluster":
+            return f"softmax_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
     elif direction == "backward":
         if choice.tier == "warp":
             w = choice.warp
@@ -401,6 +444,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             return f"softmax_grad_partial<{ctype}, {algo}, {p}>"
         if choice.tier in ("smem", "uncached"):
             return f"softmax_grad_block<{ctype}, {algo}, {p}, {_bool(choice.tier == 'smem')}>"
+        if choice.tier == "cluster":
+            return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
 
 
@@ -423,6 +468,9 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
             if direction == "backward":
                 names.append(kernel_name(ctype, algorithm, direction,
                                          TierChoice("smem", block=128, pack=pack, partial=True)))
+            for size in CLUSTER_SIZES:
+                names.append(kernel_name(ctype, algorithm, direction,
+                                         TierChoice("cluster", block=128, pack=pack, cluster=size)))
             if direction == "forward" and pack > 1:
                 for per_thread, threads in REGISTER_SHAPES:
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(

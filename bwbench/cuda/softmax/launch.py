@@ -7,15 +7,13 @@ allocates the output and enqueues), `which_tier` says which tier it chose.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
-from bwbench.cuda.launch_spec import Launch
 from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
+    PlannedCall,
     allow_all_dynamic_shared_memory,
     check_matrix,
     cpp_type,
@@ -40,6 +38,7 @@ class _Queries:
     def __init__(self, module, device: int) -> None:
         self.module, self.device = module, device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.clusters = torch.cuda.get_device_capability(device) >= (9, 0)
 
     def smem_limit(self, kernel: str) -> int:
         return allow_all_dynamic_shared_memory(self.module.kernel(kernel), self.device)
@@ -108,7 +107,7 @@ def _check_rows(t: torch.Tensor, what: str, name: str) -> tuple[int, int]:
 
 def _result(out: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Tensor:
     if out is None:
-        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        return torch.empty_like(like)  # contiguous for the dense or row-strided 2-D inputs taken
     if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
         raise ValueError(f"out must have the input's shape, dtype and device: got {tuple(out.shape)} {out.dtype} "
                          f"on {out.device}, want {tuple(like.shape)} {like.dtype} on {like.device}")
@@ -136,22 +135,29 @@ def _row_stride(t: torch.Tensor) -> np.int64:
     return np.int64(t.stride(0) if t.shape[0] > 1 else t.shape[1])
 
 
-@dataclass(frozen=True)
 class _Call:
-    """What a repeated call on the same kind of inputs needs: its kernel, launch and scalar
-    arguments, made once, so that the host cost of a call is an allocation and an enqueue."""
+    """What a repeated call on the same kind of inputs needs, made once: the planned launch bound
+    to its argument layout, and the row strides and sizes it passes, so that the host cost of a
+    call is an allocation and an enqueue."""
 
-    kernel: Kernel
-    launch: Launch
-    device: int
-    strides: tuple[np.int64, ...]
-    """Row strides of the inputs, then of the output."""
-    rows: np.int64
-    cols: np.int32
+    def __init__(self, launch: PlannedCall, strides: tuple[int, ...], rows: int, cols: int) -> None:
+        self.launch, self.strides, self.rows, self.cols = launch, strides, rows, cols
 
-    def args(self, tensors: tuple[torch.Tensor, ...]) -> tuple:
-        pairs = [item for t, stride in zip(tensors, self.strides) for item in (t, stride)]
-        return (*pairs, self.rows, self.cols)
+    def __call__(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor | None:
+        """The output of `op` on inputs of the remembered kind, enqueued; None where the fresh
+        output is not 16-byte aligned (another allocator: the caller plans afresh)."""
+        out = torch.empty_like(inputs[0])  # contiguous: the inputs are dense or row-strided 2-D
+        address = out.data_ptr()
+        if address % dispatch.PACK_BYTES:
+            return None
+        strides = self.strides
+        if len(inputs) == 1:
+            self.launch.enqueue((inputs[0].data_ptr(), strides[0], address, strides[1], self.rows, self.cols))
+        else:
+            y, dy = inputs
+            self.launch.enqueue((y.data_ptr(), strides[0], dy.data_ptr(), strides[1], address, strides[2],
+                                 self.rows, self.cols))
+        return out
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -160,27 +166,16 @@ no check."""
 
 
 def _signature(op: str, inputs: tuple) -> tuple | None:
-    """(op, and each input's dtype, device, shape, strides and offset within 16 bytes), or None
-    where an input is not a tensor (the checks will say so)."""
-    key: list = [op]
-    for t in inputs:
-        if not isinstance(t, torch.Tensor):
-            return None
-        key += (t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % dispatch.PACK_BYTES)
-    return tuple(key)
-
-
-def _cached_call(key: tuple | None, inputs: tuple) -> torch.Tensor | None:
-    """The output of a call found in _CALLS, enqueued; None where there is none."""
-    call = _CALLS.get(key) if key is not None else None
-    if call is None:
+    """(op, and each input's dtype, device index, shape, strides and offset within 16 bytes), or
+    None where an input is not a tensor (the checks will say so)."""
+    try:
+        if len(inputs) == 1:
+            x, = inputs
+            return (op, x.dtype, x.get_device(), x.shape, x.stride(), x.data_ptr() % dispatch.PACK_BYTES)
+        return (op, *[item for t in inputs
+                      for item in (t.dtype, t.get_device(), t.shape, t.stride(), t.data_ptr() % dispatch.PACK_BYTES)])
+    except (AttributeError, TypeError):
         return None
-    first = inputs[0]
-    out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
-    if out.data_ptr() % dispatch.PACK_BYTES:  # not the allocator's usual alignment: plan afresh
-        return None
-    run(call.kernel, call.launch, call.args((*inputs, out)), call.device)
-    return out
 
 
 def _launch(op: str, inputs: tuple, out: torch.Tensor | None, overrides: dict, key: tuple | None) -> torch.Tensor:
@@ -194,28 +189,38 @@ def _launch(op: str, inputs: tuple, out: torch.Tensor | None, overrides: dict, k
     device = first.device.index
     chosen, kernel = _planned(op, rows, cols, first.dtype, row_layout(tensors), device,
                               _options(overrides) if overrides else ())
-    call = _Call(kernel, chosen.launch, device, tuple(_row_stride(t) for t in tensors), np.int64(rows),
-                 np.int32(cols))
-    run(kernel, chosen.launch, call.args(tensors), device)
-    if key is not None and out is None and not overrides and result.data_ptr() % dispatch.PACK_BYTES == 0:
-        _CALLS[key] = call
+    strides = tuple(int(_row_stride(t)) for t in tensors)
+    args = (*[item for t, stride in zip(tensors, strides) for item in (t, np.int64(stride))],
+            np.int64(rows), np.int32(cols))
+    run(kernel, chosen.launch, args, device)
+    if (key is not None and out is None and not overrides and result.data_ptr() % dispatch.PACK_BYTES == 0
+            and result.is_contiguous()):
+        _CALLS[key] = _Call(PlannedCall(kernel, chosen.launch, args, device), strides, rows, cols)
     return result
 
 
 def _forward(op: str, x: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
-    key = _signature(op, (x,)) if out is None and not overrides else None
-    found = _cached_call(key, (x,))
-    if found is not None:
-        return found
+    key = None
+    if out is None and not overrides:
+        key = _signature(op, (x,))
+        call = _CALLS.get(key)
+        if call is not None:
+            found = call((x,))
+            if found is not None:
+                return found
     _check_rows(x, op, "x")
     return _launch(op, (x,), out, overrides, key)
 
 
 def _backward(op: str, y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, overrides: dict) -> torch.Tensor:
-    key = _signature(op, (y, dy)) if out is None and not overrides else None
-    found = _cached_call(key, (y, dy))
-    if found is not None:
-        return found
+    key = None
+    if out is None and not overrides:
+        key = _signature(op, (y, dy))
+        call = _CALLS.get(key)
+        if call is not None:
+            found = call((y, dy))
+            if found is not None:
+                return found
     _check_rows(y, op, "y")
     _check_rows(dy, op, "dy")
     if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:

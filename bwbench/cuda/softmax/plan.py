@@ -47,12 +47,20 @@ DEFAULT_THRESHOLDS = {
     #   GB/s); it loses at 1024 threads with 4 packs and is even between.
     "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
                                    block_rule="threads", uncached_packs_per_thread=8,
-                                   registers_max_packs=512, registers_below_smem_blocks=2),
+                                   registers_max_packs=512, registers_below_smem_blocks=2,
+                                   cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=2),
     #   backward, rows whose y and dy do not fit in shared memory: the shared-memory tier caching
     #   the first 7/8 of a float32 row of 32768 columns (227 KiB of 256) against the uncached tier,
     #   which moved 1.46x the row's bytes from DRAM.
+    #   both, rows no block's shared memory holds, on GPUs with thread-block clusters (H100, 1024
+    #   or 4096 rows, float16): a cluster caching the row beat the uncached tier where its slices
+    #   leave two or more blocks an SM (forward 262144: 89% vs 65% of copy; vocabulary 128256: 93%
+    #   vs 67%), and in the backward even at one block an SM (262144: 66% vs 60%; 100003: 89% vs
+    #   63%). The forward at one block an SM lost (float32 262144: 57% vs 64%), and so did a
+    #   cluster against the partly cached backward (float32 32768: 93% vs 96%), so both stay.
     "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
-                                    uncached_packs_per_thread=2, partial_cache_share=0.5),
+                                    uncached_packs_per_thread=2, partial_cache_share=0.5,
+                                    cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=1),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
 }
 
@@ -167,13 +175,27 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         partial = cached < smem_needed
         smem_needed = cached
 
+    def cluster() -> tuple[int, int, int] | None:
+        if not queries.clusters or key == "online":
+            return None
+        return dispatch.cluster_shape(span, pack, itemsize, direction, queries.smem_limit(smem_kernel()),
+                                      th.cluster_min_blocks_per_sm if tier is None else 1)
+
     if key == "online":
         choice = _online_choice(span, pack, th, tier)
     elif tier is None:
-        occupancy = None
+        occupancy = shape = None
         if dispatch.needs_occupancy(span, pack, direction, th):
             occupancy = _smem_occupancy(queries, smem_kernel(partial), smem_needed)
-        choice = dispatch.choose_tier(span, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th)
+            shape = cluster() if th.cluster_below_smem_blocks else None
+        choice = dispatch.choose_tier(span, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th,
+                                      cluster=shape)
+    elif tier == "cluster":
+        shape = cluster()
+        if shape is None:
+            raise ValueError("the cluster tier needs a GPU that launches thread-block clusters (compute capability "
+                             f"9.0 or later) and slices of the row span of {span} that fit its shared memory")
+        choice = dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0])
     else:
         choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
@@ -185,6 +207,15 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         choice = replace(choice, partial=True)
 
     name = dispatch.kernel_name(ctype, algorithm, direction, choice)
+    if choice.tier == "cluster":
+        size = choice.cluster
+        smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
+        queries.smem_limit(name)
+        per_sm = queries.blocks_per_sm(name, choice.block, smem)
+        if per_sm < 1:
+            raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
+        grid = max(size, grid_blocks(rows * size, per_sm, queries.sms, grid_waves) // size * size)
+        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier=choice.tier))
     if choice.warp is not None:
         threads = dispatch.WARP_BLOCK
         work = -(-rows // (threads // choice.warp.group * choice.warp.rows_per_access))
