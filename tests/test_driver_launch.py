@@ -125,3 +125,53 @@ def test_a_planned_call_on_another_device_takes_the_general_path_with_typed_argu
     (args, device), = seen
     assert device == 3 and [type(a) for a in args] == [np.uint64, np.int64, np.float32]
     assert [a.item() for a in args] == [0x40, 5, 0.5]
+
+
+class _Recorder:
+    """Stands in for a PlannedCall: keeps the raw values each repeat would enqueue."""
+
+    def __init__(self) -> None:
+        self.values: list[tuple] = []
+
+    def enqueue(self, values) -> None:
+        self.values.append(tuple(values))
+
+
+def test_softmax_repeats_pass_addresses_strides_and_sizes_in_kernel_order():
+    import torch
+
+    from bwbench.cuda.softmax.launch import _Call
+
+    x = torch.zeros(6, 40, dtype=torch.float16)[:, :33]  # a column slice: row stride 40
+    forward = _Recorder()
+    out = _Call(forward, (40, 33), 6, 33)((x,))
+    assert out.shape == (6, 33) and out.is_contiguous()
+    assert forward.values == [(x.data_ptr(), 40, out.data_ptr(), 33, 6, 33)]
+
+    y, dy = torch.zeros(6, 33, dtype=torch.float16), torch.zeros(6, 33, dtype=torch.float16)
+    backward = _Recorder()
+    dx = _Call(backward, (33, 33, 33), 6, 33)((y, dy))
+    assert backward.values == [(y.data_ptr(), 33, dy.data_ptr(), 33, dx.data_ptr(), 33, 6, 33)]
+
+
+def test_norm_and_permute_repeats_pass_their_kernels_arguments_in_order():
+    import numpy as np
+    import torch
+
+    from bwbench.cuda.norm.launch import _Repeat as NormRepeat
+    from bwbench.cuda.permute.launch import _Repeat as PermuteRepeat
+
+    x, gamma, beta = torch.zeros(5, 64), torch.ones(64), torch.zeros(64)
+    layer = _Recorder()
+    y, mean, rstd = NormRepeat(layer, x, rms=False, y_phase=x.data_ptr() % 16)(x, gamma, beta, 1e-5)
+    assert layer.values == [(x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(), mean.data_ptr(),
+                             rstd.data_ptr(), 5, 64, 1e-5)]
+    assert mean.shape == rstd.shape == (5,) and mean.dtype == torch.float32
+    rms = _Recorder()
+    y, rstd = NormRepeat(rms, x, rms=True, y_phase=x.data_ptr() % 16)(x, gamma, None, 1e-6)
+    assert rms.values == [(x.data_ptr(), gamma.data_ptr(), 0, y.data_ptr(), 0, rstd.data_ptr(), 5, 64, 1e-6)]
+
+    t = torch.zeros(2, 3, 4)
+    moved = _Recorder()
+    out = PermuteRepeat(moved, t, (4, 3, 2), t.data_ptr() % 16, (np.int64(24), np.int32(7)))(t)
+    assert out.shape == (4, 3, 2) and moved.values == [(t.data_ptr(), out.data_ptr(), 24, 7)]
