@@ -149,11 +149,11 @@ class BoundLaunch:
         self._tail = (slots.addresses,) if cooperative else (slots.addresses, None)
         self._pack = slots.format.pack_into
         self._buffer = slots.buffer
-        self._streams = d.handles
+        self._handle = d.handle
         self._lock = threading.Lock()
 
     def __call__(self, stream: int, values: Sequence[Any]) -> None:
-        handle = self._streams.get(stream) or driver().handle(stream)
+        handle = self._handle(stream)
         with self._lock:
             self._pack(self._buffer, 0, *values)
             code = self._call(*self._head, handle, *self._tail)

@@ -583,8 +583,7 @@ class PlannedCall:
 
     def enqueue(self, values: Sequence[Any]) -> None:
         if self._bound is not None and _current_device() == self.device:
-            self._bound(_RAW_STREAM(self.device) if _RAW_STREAM is not None else current_stream_ptr(self.device),
-                        values)
+            self._bound(current_stream_ptr(self.device), values)
             return
         # Another device is current, or no driver: the general path, with typed arguments again.
         run(self.kernel, self.spec, [t(v) for t, v in zip(self._types, values)], self.device)

@@ -89,7 +89,7 @@ def _aligned(*tensors: torch.Tensor) -> str:
     return "true" if all(t.data_ptr() % 16 == 0 for t in tensors) else "false"
 
 
-def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
+def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> tuple[Kernel, Launch]:
     """Launch with one wave of grid-striding blocks, or (waves=None) a thread for every piece of
     work. On an H200 (2^28 halves, docs/bitmask.md) the ReLU forward ran at 98% of copy with a
     thread per chunk against 90% with one wave, and the aligned backward at 98% with a warp per mask
@@ -107,14 +107,12 @@ def _launch(name: str, work_threads: int, args, waves: int | None = 1) -> None:
     if spec is None:
         spec = _SPECS[(name, blocks)] = Launch(name, (blocks,), (BLOCK,))
     run(kernel, spec, args, device)
-    _LAST[name] = spec
+    return kernel, spec
 
 
 _KERNELS: dict[tuple[str, int], tuple[Kernel, int]] = {}
 """Kernel and blocks of one full wave, by (kernel name, device)."""
 _SPECS: dict[tuple[str, int], Launch] = {}
-_LAST: dict[str, Launch] = {}
-"""The launch each kernel name was last enqueued with (for _remember)."""
 
 
 def _dropout_waves(x: torch.Tensor) -> int | None:
@@ -161,14 +159,13 @@ def _signature(op: str, tensors: tuple, *options) -> tuple | None:
         return None
 
 
-def _remember(key: tuple | None, name: str, args: tuple, like: torch.Tensor, out: torch.Tensor,
-              fixed: tuple = ()) -> None:
-    """Keep the launch `_launch` has just made for `name` under `key`, with the scalar values a
+def _remember(key: tuple | None, launched: tuple[Kernel, Launch], args: tuple, like: torch.Tensor,
+              out: torch.Tensor, fixed: tuple = ()) -> None:
+    """Keep the launch `_launch` has just made (`launched`) under `key`, with the scalar values a
     repeat passes unchanged (`fixed`)."""
     if key is None:
         return
-    kernel, _ = _KERNELS[(name, like.device.index)]
-    spec = _LAST[name]
+    kernel, spec = launched
     _REPEATS[key] = _Repeat(PlannedCall(kernel, spec, args, like.device.index), like, out.data_ptr() % 16, fixed)
 
 
@@ -202,8 +199,7 @@ def relu_forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if n:
         name = f"relu_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}>"
         args = (x, y, words, np.int64(n))
-        _launch(name, -(-n // _vec(x.dtype)), args, waves=None)
-        _remember(key, name, args, x, y)
+        _remember(key, _launch(name, -(-n // _vec(x.dtype)), args, waves=None), args, x, y)
     return y, _bits_view(words, n)
 
 
@@ -230,10 +226,10 @@ def masked_backward(dy: torch.Tensor, mask: torch.Tensor, scale: float) -> torch
         name = f"bitmask_backward<{cpp_type(dy.dtype)}, {aligned}>"
         args = (dy, mask, np.int64(mask.numel()), dx, np.float32(scale), np.int64(n))
         if aligned == "true":  # a warp for every mask line; the tail (< MASK_LINE elements) rides along
-            _launch(name, 32 * max(1, n // MASK_LINE), args, waves=None)
+            launched = _launch(name, 32 * max(1, n // MASK_LINE), args, waves=None)
         else:  # one wave of threads striding a pack at a time
-            _launch(name, -(-n // _vec(dy.dtype)), args)
-        _remember(key, name, args, dy, dx)
+            launched = _launch(name, -(-n // _vec(dy.dtype)), args)
+        _remember(key, launched, args, dy, dx)
     return dx
 
 
@@ -298,8 +294,8 @@ def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tu
     if n:
         name = f"dropout_forward_bitmask<{cpp_type(x.dtype)}, {_aligned(x, y)}, {_wide_counter(n)}>"
         launch_args = (x, y, words, *args, np.int64(n))
-        _launch(name, -(-n // _vec(x.dtype)), launch_args, waves=_dropout_waves(x))
-        _remember(key, name, launch_args, x, y, fixed=(int(args[0]), float(args[1])))
+        launched = _launch(name, -(-n // _vec(x.dtype)), launch_args, waves=_dropout_waves(x))
+        _remember(key, launched, launch_args, x, y, fixed=(int(args[0]), float(args[1])))
     return y, _bits_view(words, n)
 
 

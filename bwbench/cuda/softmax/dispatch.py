@@ -312,15 +312,13 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     `cols`, or None where even the largest cluster's slices leave fewer than `min_blocks_per_sm`
     blocks an SM within `smem_limit`: the smallest cluster whose slice leaves room for two blocks
     an SM, else the smallest whose slice fits."""
-    packs = span_packs(cols, pack)
-    per_pack = pack * itemsize * (2 if direction == "backward" else 1)
-    fitting = [c for c in CLUSTER_SIZES if -(-packs // c) * per_pack <= smem_limit // max(1, min_blocks_per_sm)]
+    slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in CLUSTER_SIZES}
+    fitting = [c for c in CLUSTER_SIZES if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)]
     if not fitting:
         return None
-    size = next((c for c in fitting if -(-packs // c) * per_pack <= smem_limit // 2), fitting[0])
-    slice_packs = -(-packs // size)
-    return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), \
-        cluster_smem_bytes(cols, pack, itemsize, direction, size)
+    size = next((c for c in fitting if slice_bytes[c] <= smem_limit // 2), fitting[0])
+    slice_packs = -(-span_packs(cols, pack) // size)
+    return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), slice_bytes[size]
 
 
 def cluster_smem_bytes(cols: int, pack: int, itemsize: int, direction: str, size: int) -> int:
