@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+import numpy as np
+
 from bwbench.cuda.launch_spec import DeviceQueries, Launch, grid_blocks
 from bwbench.cuda.softmax import dispatch
 
@@ -48,7 +50,8 @@ DEFAULT_THRESHOLDS = {
     "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
                                    block_rule="threads", uncached_packs_per_thread=8,
                                    registers_max_packs=512, registers_below_smem_blocks=2,
-                                   cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=2),
+                                   cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=2,
+                                   tile_max_row_bytes=4096),
     #   backward, rows whose y and dy do not fit in shared memory: the shared-memory tier caching
     #   the first 7/8 of a float32 row of 32768 columns (227 KiB of 256) against the uncached tier,
     #   which moved 1.46x the row's bytes from DRAM.
@@ -60,7 +63,8 @@ DEFAULT_THRESHOLDS = {
     #   cluster against the partly cached backward (float32 32768: 93% vs 96%), so both stay.
     "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
                                     uncached_packs_per_thread=2, partial_cache_share=0.5,
-                                    cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=1),
+                                    cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=1,
+                                    tile_max_row_bytes=4096),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
 }
 
@@ -144,13 +148,14 @@ def _smem_occupancy(queries: DeviceQueries, kernel: str, smem: int) -> dict[int,
 
 def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
          thresholds: dispatch.Thresholds | None = None, tier: str | None = None, block: int | None = None,
-         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True) -> SoftmaxPlan:
+         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True, dense: bool = False) -> SoftmaxPlan:
     """The launch of `op` on (rows, cols) of storage type `ctype` moved `pack` elements at a time.
 
     starts_aligned: every row starts on a pack boundary; otherwise capacity is planned for rows
     that start mid-pack (dispatch.span_cols). thresholds, tier and block override the measured
     dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. grid_waves
-    caps the grid (None: a block per row).
+    caps the grid (None: a block per row). dense: every tensor's rows lie end to end (row stride
+    = cols), which the tile tier needs.
     """
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
@@ -181,8 +186,18 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         return dispatch.cluster_shape(span, pack, itemsize, direction, queries.smem_limit(smem_kernel()),
                                       th.cluster_min_blocks_per_sm if tier is None else 1)
 
+    def tile() -> dispatch.TileShape | None:
+        if not dense or pack == 1 or key == "online":
+            return None
+        name = dispatch.kernel_name(ctype, algorithm, direction, dispatch.TierChoice("tile", pack=pack))
+        return dispatch.tile_shape(rows, cols, itemsize, direction, th.tile_bytes, queries.sms,
+                                   queries.smem_limit(name))
+
     if key == "online":
         choice = _online_choice(span, pack, th, tier)
+    elif tier is None and dispatch.takes_tile(cols * itemsize, th) and (shape := tile()) is not None:
+        choice = dispatch.choose_tier(span, pack, direction=direction, thresholds=th, tile=shape,
+                                      row_bytes=cols * itemsize)
     elif tier is None:
         occupancy = shape = None
         if dispatch.needs_occupancy(span, pack, direction, th):
@@ -196,6 +211,14 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
             raise ValueError("the cluster tier needs a GPU that launches thread-block clusters (compute capability "
                              f"9.0 or later) and slices of the row span of {span} that fit its shared memory")
         choice = dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0])
+    elif tier == "tile":
+        shape = tile()
+        if shape is None:
+            raise ValueError("the tile tier needs dense tensors (row stride = cols) in 16-byte packs whose phases agree, "
+                             f"and a row per group of lanes within shared memory; got ({rows}, {cols}) "
+                             f"{'dense' if dense else 'not dense'}, {pack}-element packs")
+        choice = dispatch.TierChoice("tile", block=dispatch.TILE_BLOCK, pack=pack, group=shape.group,
+                                     tile_rows=shape.tile_rows)
     else:
         choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
@@ -207,6 +230,14 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         choice = replace(choice, partial=True)
 
     name = dispatch.kernel_name(ctype, algorithm, direction, choice)
+    if choice.tier == "tile":
+        smem = dispatch.tile_smem_bytes(choice.tile_rows, cols, itemsize, direction)
+        per_sm = queries.blocks_per_sm(name, choice.block, smem)
+        if per_sm < 1:
+            raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
+        grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
+        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier="tile",
+                                              args=(np.int32(choice.tile_rows), np.int32(choice.group))))
     if choice.tier == "cluster":
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
