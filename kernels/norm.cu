@@ -32,6 +32,7 @@
 //
 // Indices into x and y are 64-bit (rows * cols may exceed 2^31); column indices are 32-bit.
 
+#include "row_tile.cuh"
 #include "welford.cuh"
 
 // Dynamic shared memory of norm_block<..., true>: one row of x in its storage type.
@@ -669,6 +670,81 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
                 }
             }
         }
+    }
+}
+
+// =============================================================================================
+// Optimized, tile tier: short rows whose bytes are no multiple of 16 (31 or 1023 half columns).
+// A block copies `tile_rows` consecutive rows of x (one contiguous run) into shared memory in
+// aligned 16-byte packs (row_tile.cuh), groups of `group` lanes normalize one row each in place,
+// and the tile goes back to y in packs: x and y move like a copy although no row starts on a
+// pack. LayerNorm's statistics are two plain passes over the cached row, shifted by its first
+// element K as in the other tiers (the mean of x - K, then the sum of squares about it), so no
+// Welford merge is needed; the xor all-reduce gives every lane of a group the same bits. gamma and
+// beta are read per element from global memory (L1-resident: every row reads the same ones).
+// x and y must start the same number of elements past a 16-byte boundary (the host checks).
+// =============================================================================================
+template <typename T, bool kRms>
+__global__ void __launch_bounds__(256)
+norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+          int cols, float eps, int tile_rows, int group) {
+    typedef bw::Pack<T, 16 / sizeof(T)> PackT;
+    PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
+    const int phase = bw::tile::phase_of(x);
+    const int lane = threadIdx.x & (group - 1);
+    const int slot = threadIdx.x / group;
+    const int slots = blockDim.x / group;
+    const float fcols = static_cast<float>(cols);
+    const int tiles = (rows + tile_rows - 1) / tile_rows;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int r0 = t * tile_rows;
+        const int n = min(tile_rows, rows - r0);
+        const bw::tile::Tile<T> tile(static_cast<i64>(r0) * cols, static_cast<i64>(r0 + n) * cols, phase);
+        bw::tile::load(cache, x, tile);
+        bw::tile::wait_copies();
+        __syncthreads();
+        T* cached = reinterpret_cast<T*>(cache) + tile.lead;
+        for (int first = 0; first < n; first += slots) {
+            const int r = first + slot;
+            const int stop = r < n ? cols : 0;
+            T* row = cached + static_cast<i64>(r < n ? r : 0) * cols;
+            float rstd, mean = 0.0f, k = 0.0f;
+            if constexpr (kRms) {
+                float ss = 0.0f;
+                for (int c = lane; c < stop; c += group) {
+                    const float v = bw::to_float(row[c]);
+                    ss = fmaf(v, v, ss);
+                }
+                ss = bw::tile::group_allreduce<bw::SumOp>(ss, group);
+                rstd = rsqrtf(ss / fcols + eps);
+            } else {
+                k = bw::to_float(row[0]);
+                float sum = 0.0f;
+                for (int c = lane; c < stop; c += group) sum += bw::to_float(row[c]) - k;
+                mean = bw::tile::group_allreduce<bw::SumOp>(sum, group) / fcols;
+                float m2 = 0.0f;
+                for (int c = lane; c < stop; c += group) {
+                    const float d = (bw::to_float(row[c]) - k) - mean;
+                    m2 = fmaf(d, d, m2);
+                }
+                m2 = bw::tile::group_allreduce<bw::SumOp>(m2, group);
+                rstd = rsqrtf(m2 / fcols + eps);
+            }
+            for (int c = lane; c < stop; c += group) {
+                const float v = bw::to_float(row[c]);
+                const float g = bw::to_float(gamma[c]);
+                row[c] = bw::from_float<T>(kRms ? v * rstd * g
+                                                : fmaf(((v - k) - mean) * rstd, g, bw::to_float(beta[c])));
+            }
+            if (lane == 0 && r < n) {
+                rstd_out[r0 + r] = rstd;
+                if constexpr (!kRms) mean_out[r0 + r] = k + mean;
+            }
+        }
+        __syncthreads();
+        bw::tile::store(y, tile, cache);
+        __syncthreads();  // the next tile's copies overwrite the cache
     }
 }
 

@@ -7,7 +7,11 @@ The tiers, chosen by the row length as for the softmax (`plan`):
   thread), for rows up to 4096 packs: no shared-memory row cache and no per-pack merge;
 - "smem": one block per row, the row cached in shared memory (copied in with cp.async), while a
   block with that much shared memory can still launch (the occupancy query is not 0);
-- "uncached": one block per row, x read twice (the second time mostly from L2), any cols.
+- "uncached": one block per row, x read twice (the second time mostly from L2), any cols;
+- "tile": rows whose bytes are no multiple of 16 (odd widths), up to TILE_MAX_ROW_BYTES: a block
+  copies several consecutive rows (one contiguous run) through shared memory in aligned 16-byte
+  packs, so x and y move in whole packs although the rows do not start on one. Offered first,
+  with the row tier as the alternative the launcher times against it on first use.
 
 A block tier is latency-bound (measured on an H200: each block spends microseconds per row
 whatever the row length), so its throughput is rows in flight per SM times bytes per row over
@@ -25,7 +29,7 @@ from typing import Callable
 __all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
            "plan", "rank_blocks", "rows_configs", "warp_config", "warp_configs"]
 
-TIERS = ("warp", "registers", "smem", "uncached")
+TIERS = ("warp", "registers", "smem", "uncached", "tile")
 
 WARP_BLOCK = 128
 """Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
@@ -73,6 +77,18 @@ NAIVE_BLOCK = 256
 
 STATIC_SMEM_MARGIN = 1024
 """Bytes of the per-block shared-memory limit left for the kernels' static reduction buffers."""
+
+TILE_BLOCK = 256
+"""Threads per block of norm_tile."""
+
+TILE_MAX_ROW_BYTES = 4096
+"""Rows of odd byte counts up to this size are offered the tile tier."""
+
+TILE_BYTES = (16384, 8192)
+"""Bytes of x one tile holds, about: each size is a candidate (the first is the plan's guess)."""
+
+TILE_COLS_PER_LANE = 4
+"""norm_tile's groups: the narrowest power of two of lanes with at most this many elements a lane."""
 
 STORAGE_TYPES = ("half_t", "bf16_t", "float")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
@@ -248,7 +264,43 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
+    names.append(tile_name(ctype, rms))
     return tuple(names)
+
+
+def tile_name(ctype: str, rms: bool) -> str:
+    return f"norm_tile<{ctype}, {_cpp_bool(rms)}>"
+
+
+def tile_group(cols: int) -> int:
+    """Lanes per row of norm_tile (a power of two up to 32)."""
+    return next((g for g in (1, 2, 4, 8, 16, 32) if g * TILE_COLS_PER_LANE >= cols), 32)
+
+
+def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int) -> int:
+    """Shared memory of a tile: the 16-byte packs covering tile_rows * cols elements at any phase
+    (kernels/row_tile.cuh's packs_max)."""
+    pack = 16 // itemsize
+    return (tile_rows * cols + 2 * pack - 2) // pack * 16
+
+
+def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
+    """norm_tile plans of TILE_BYTES-sized tiles (whole rows, the same number for every group of
+    lanes), those that launch."""
+    itemsize = ITEMSIZE[ctype]
+    group = tile_group(cols)
+    slots = TILE_BLOCK // group
+    plans = []
+    for target in TILE_BYTES:
+        tile_rows = max(1, target // (cols * itemsize) // slots) * slots
+        smem = tile_smem_bytes(tile_rows, cols, itemsize)
+        if smem > smem_limit or occupancy(tile_name(ctype, rms), TILE_BLOCK, smem) < 1:
+            continue
+        candidate = NormPlan("tile", tile_name(ctype, rms), full_pack(ctype), TILE_BLOCK, smem, tile_rows,
+                             extra=(tile_rows, group))
+        if candidate not in plans:
+            plans.append(candidate)
+    return plans
 
 NAIVE_KERNELS = (
     *(f"naive_row_mean<{t}>" for t in STORAGE_TYPES),
@@ -278,6 +330,8 @@ class NormPlan:
     smem_bytes: int
     rows_per_block: int
     alternatives: tuple["NormPlan", ...] = ()
+    extra: tuple[int, ...] = ()
+    """Arguments after eps: (tile_rows, group) for the tile tier."""
 
     @property
     def candidates(self) -> tuple["NormPlan", ...]:
@@ -308,14 +362,27 @@ def rank_blocks(packs: int, row_bytes: int, cached: bool, occupancy: Callable[[i
 
 
 def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem_limit: int,
-         tier: str | None = None, block: int | None = None) -> NormPlan:
+         tier: str | None = None, block: int | None = None, same_phase: bool = False) -> NormPlan:
     """Choose the tier and launch shape (the dispatcher of the softmax article, for norms).
 
     `pack` is the elements per access (the 16-byte pack, or 1 where cols or a pointer does not
     allow it), `occupancy` answers the CUDA occupancy query, `smem_limit` is the dynamic shared
     memory one block may have. `tier` forces a tier (tests use it on short rows); None chooses.
     `block` forces the threads per block of the block tiers (for tuning experiments).
+    `same_phase`: x and y start the same number of elements past a 16-byte boundary, which the
+    tile tier needs.
     """
+    if tier == "tile" or (tier is None and block is None and same_phase
+                          and cols * ITEMSIZE[ctype] % 16 and cols * ITEMSIZE[ctype] <= TILE_MAX_ROW_BYTES):
+        tiles = tile_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
+        if tier == "tile":
+            if not tiles:
+                raise ValueError("the tile tier needs x and y at the same offset within 16 bytes, no forced block, "
+                                 f"and a row per group of lanes within shared memory; got cols={cols}")
+            return _with_alternatives(tiles[0], tiles[1:])
+        if tiles:
+            row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
+            return _with_alternatives(tiles[0], [*tiles[1:], *(_with_alternatives(c, ()) for c in row_tier.candidates)])
     if tier is not None and tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
     if block is not None and (block % 32 or not 32 <= block <= 1024):
@@ -385,4 +452,4 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
 
 def _with_alternatives(first: NormPlan, others) -> NormPlan:
     return NormPlan(first.tier, first.kernel, first.pack, first.block, first.smem_bytes, first.rows_per_block,
-                    tuple(others))
+                    tuple(others), first.extra)
