@@ -11,7 +11,9 @@ The tiers, chosen by the row length as for the softmax (`plan`):
 - "tile": rows whose bytes are no multiple of 16 (odd widths), up to TILE_MAX_ROW_BYTES: a block
   copies several consecutive rows (one contiguous run) through shared memory in aligned 16-byte
   packs, so x and y move in whole packs although the rows do not start on one. Offered first,
-  with the row tier as the alternative the launcher times against it on first use.
+  with the row tier as the alternative the launcher times against it on first use;
+- "span": longer odd rows, one block a row copied through shared memory the same way (a tile of
+  one row), offered first likewise while the row fits shared memory.
 
 A block tier is latency-bound (measured on an H200: each block spends microseconds per row
 whatever the row length), so its throughput is rows in flight per SM times bytes per row over
@@ -29,7 +31,7 @@ from typing import Callable
 __all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
            "plan", "rank_blocks", "rows_configs", "warp_config", "warp_configs"]
 
-TIERS = ("warp", "registers", "smem", "uncached", "tile")
+TIERS = ("warp", "registers", "smem", "uncached", "tile", "span")
 
 WARP_BLOCK = 128
 """Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
@@ -86,6 +88,9 @@ TILE_MAX_ROW_BYTES = 4096
 
 TILE_BYTES = (16384, 8192)
 """Bytes of x one tile holds, about: each size is a candidate (the first is the plan's guess)."""
+
+SPAN_BLOCKS = (512, 256)
+"""Threads per block of norm_span: each a candidate, the first the plan's guess."""
 
 TILE_COLS_PER_LANE = 4
 """norm_tile's groups: the narrowest power of two of lanes with at most this many elements a lane."""
@@ -264,8 +269,22 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
-    names.append(tile_name(ctype, rms))
+    names += [tile_name(ctype, rms), span_name(ctype, rms)]
     return tuple(names)
+
+
+def span_name(ctype: str, rms: bool) -> str:
+    return f"norm_span<{ctype}, {_cpp_bool(rms)}>"
+
+
+def span_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
+    """norm_span plans (a block a row, its packs in shared memory), one per SPAN_BLOCKS size that
+    launches."""
+    smem = tile_smem_bytes(1, cols, ITEMSIZE[ctype])
+    if smem > smem_limit:
+        return []
+    name = span_name(ctype, rms)
+    return [NormPlan("span", name, full_pack(ctype), b, smem, 1) for b in SPAN_BLOCKS if occupancy(name, b, smem) > 0]
 
 
 def tile_name(ctype: str, rms: bool) -> str:
@@ -372,17 +391,24 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     `same_phase`: x and y start the same number of elements past a 16-byte boundary, which the
     tile tier needs.
     """
-    if tier == "tile" or (tier is None and block is None and same_phase
-                          and cols * ITEMSIZE[ctype] % 16 and cols * ITEMSIZE[ctype] <= TILE_MAX_ROW_BYTES):
-        tiles = tile_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
-        if tier == "tile":
-            if not tiles:
-                raise ValueError("the tile tier needs x and y at the same offset within 16 bytes, no forced block, "
-                                 f"and a row per group of lanes within shared memory; got cols={cols}")
-            return _with_alternatives(tiles[0], tiles[1:])
-        if tiles:
+    row_bytes = cols * ITEMSIZE[ctype]
+    if tier in ("tile", "span") or (tier is None and block is None and same_phase and row_bytes % 16):
+        short = row_bytes <= TILE_MAX_ROW_BYTES
+        if not same_phase or block is not None:
+            staged = []
+        elif tier == "tile" or (tier is None and short):
+            staged = tile_plans(cols, ctype, rms, occupancy, smem_limit)
+        else:
+            staged = span_plans(cols, ctype, rms, occupancy, smem_limit)
+        if tier is not None:
+            if not staged:
+                raise ValueError(f"the {tier} tier needs x and y at the same offset within 16 bytes, no forced block, "
+                                 f"and {'a row per group of lanes' if tier == 'tile' else 'a row'} within shared "
+                                 f"memory; got cols={cols}")
+            return _with_alternatives(staged[0], staged[1:])
+        if staged:
             row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
-            return _with_alternatives(tiles[0], [*tiles[1:], *(_with_alternatives(c, ()) for c in row_tier.candidates)])
+            return _with_alternatives(staged[0], [*staged[1:], *(_with_alternatives(c, ()) for c in row_tier.candidates)])
     if tier is not None and tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
     if block is not None and (block % 32 or not 32 <= block <= 1024):
