@@ -245,13 +245,13 @@ def test_tile_shape_refuses_rows_one_group_each_cannot_hold():
     assert dispatch.tile_shape(100, 65535, 4, "forward", 16384, 132, 227 * 1024) is None
 
 
-@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
-def test_dense_rows_of_unaligned_bytes_take_the_tile_tier(op):
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+def test_backward_rows_of_odd_bytes_past_the_warp_tier_take_the_tile_tier(op):
     from bwbench.cuda.softmax import dispatch
     from bwbench.cuda.softmax.plan import OPERATIONS, plan
 
     direction = OPERATIONS[op][0]
-    for cols in (31, 33, 197, 577, 1025, 2047):
+    for cols in (1023, 1025, 1500):
         chosen = plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
         assert chosen.tier == "tile", cols
         assert chosen.launch.kernel in dispatch.kernel_names("half_t", direction)
@@ -260,15 +260,22 @@ def test_dense_rows_of_unaligned_bytes_take_the_tile_tier(op):
         assert chosen.grid == -(-49152 // tile_rows) and chosen.block == dispatch.TILE_BLOCK
         assert chosen.smem == dispatch.tile_smem_bytes(tile_rows, cols, 2, direction)
         # the same rows as a column slice, or with offsets that differ, keep the row tiers
-        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False).tier != "tile"
+        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False).tier == "smem"
         assert plan(op, 49152, cols, "half_t", 1, FakeDevice(), dense=True).tier != "tile"
-    # rows whose bytes are a multiple of 16 start on pack boundaries: the warp tier moves whole packs
-    assert plan(op, 49152, 32, "half_t", 8, FakeDevice(), dense=True).tier == "warp"
-    # past tile_max_row_bytes the row tiers take over
-    assert plan(op, 49152, 4097, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True).tier != "tile"
-    assert plan(op, 49152, 1023, "float", 4, FakeDevice(), starts_aligned=False, dense=True).tier == "tile"
-    assert plan("online_softmax", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False,
-                dense=True).tier == "online_warp", "the online implementation has no tile tier"
+    # rows the warp tier holds stay there, odd or not; so do rows past tile_max_row_bytes
+    for cols in (31, 33, 197, 577, 1000):
+        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=cols % 8 == 0,
+                    dense=True).tier == "warp", cols
+    assert plan(op, 49152, 2047, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True).tier == "smem"
+    assert plan(op, 49152, 1023, "float", 4, FakeDevice(), starts_aligned=False, dense=True).tier == "smem"
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "online_softmax"])
+def test_the_forward_keeps_its_row_tiers_for_odd_rows(op):
+    from bwbench.cuda.softmax.plan import plan
+
+    for cols in (31, 197, 1023, 1025, 2047):
+        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True).tier != "tile"
 
 
 def test_a_forced_tile_tier_needs_dense_packed_rows():

@@ -164,7 +164,8 @@ class Thresholds:
     cluster_min_blocks_per_sm: int = 1
     """The cluster tier is chosen only where its slices leave at least this many blocks an SM."""
     tile_max_row_bytes: int = 0
-    """Rows of dense tensors of at most this many bytes go to the tile tier (0: none)."""
+    """Rows of dense tensors of at most this many bytes that the warp tier does not hold go to the
+    tile tier (0: none)."""
     tile_unaligned_only: bool = True
     """Only rows whose bytes are no multiple of 16 take the tile tier (the others' rows all start
     on a pack boundary, where the warp tier moves whole packs)."""
@@ -425,12 +426,12 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
     """
     if cols < 1:
         raise ValueError(f"cols must be >= 1, got {cols}")
-    if tile is not None and takes_tile(row_bytes, thresholds):
-        return TierChoice("tile", block=TILE_BLOCK, pack=pack, group=tile.group, tile_rows=tile.tile_rows)
     if cols <= thresholds.warp_max_cols:
         shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
         if shape is not None:
             return TierChoice("warp", warp=shape, pack=pack)
+    if tile is not None and takes_tile(row_bytes, thresholds):
+        return TierChoice("tile", block=TILE_BLOCK, pack=pack, group=tile.group, tile_rows=tile.tile_rows)
     one_pass = thresholds.one_pass and direction == "forward"
     shape = registers_shape(cols, pack) if direction == "forward" else None
     if shape is not None:

@@ -50,8 +50,7 @@ DEFAULT_THRESHOLDS = {
     "forward": dispatch.Thresholds(warp_max_cols=2048, small_group_rows=1, full_warp_rows=1, one_pass=True,
                                    block_rule="threads", uncached_packs_per_thread=8,
                                    registers_max_packs=512, registers_below_smem_blocks=2,
-                                   cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=2,
-                                   tile_max_row_bytes=4096),
+                                   cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=2),
     #   backward, rows whose y and dy do not fit in shared memory: the shared-memory tier caching
     #   the first 7/8 of a float32 row of 32768 columns (227 KiB of 256) against the uncached tier,
     #   which moved 1.46x the row's bytes from DRAM.
@@ -61,10 +60,15 @@ DEFAULT_THRESHOLDS = {
     #   vs 67%), and in the backward even at one block an SM (262144: 66% vs 60%; 100003: 89% vs
     #   63%). The forward at one block an SM lost (float32 262144: 57% vs 64%), and so did a
     #   cluster against the partly cached backward (float32 32768: 93% vs 96%), so both stay.
+    #   tile tier (H100, float16, 49152 rows): backward rows of odd byte counts past the warp tier,
+    #   1023 and 1025 columns, 93% of copy against 78-79% for the shared-memory tier; at 2047
+    #   (4 KiB rows) the shared-memory tier won (100% vs 95%). Rows the warp tier holds stay there
+    #   (mixed: 31-197 columns won or lost by up to 15 points either way), and the forward keeps
+    #   its row tiers everywhere (warp or registers 84-97% against the tile's 75-83% at 1000-2047).
     "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
                                     uncached_packs_per_thread=2, partial_cache_share=0.5,
                                     cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=1,
-                                    tile_max_row_bytes=4096),
+                                    tile_max_row_bytes=3072),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
 }
 
@@ -195,16 +199,14 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
 
     if key == "online":
         choice = _online_choice(span, pack, th, tier)
-    elif tier is None and dispatch.takes_tile(cols * itemsize, th) and (shape := tile()) is not None:
-        choice = dispatch.choose_tier(span, pack, direction=direction, thresholds=th, tile=shape,
-                                      row_bytes=cols * itemsize)
     elif tier is None:
         occupancy = shape = None
         if dispatch.needs_occupancy(span, pack, direction, th):
             occupancy = _smem_occupancy(queries, smem_kernel(partial), smem_needed)
             shape = cluster() if th.cluster_below_smem_blocks else None
+        tiles = tile() if dispatch.takes_tile(cols * itemsize, th) else None
         choice = dispatch.choose_tier(span, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th,
-                                      cluster=shape)
+                                      cluster=shape, tile=tiles, row_bytes=cols * itemsize)
     elif tier == "cluster":
         shape = cluster()
         if shape is None:
