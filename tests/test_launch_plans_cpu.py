@@ -221,6 +221,7 @@ def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
 @pytest.mark.parametrize("cols", [1, 3, 31, 33, 127, 197, 577, 1023, 2047])
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 def test_tile_shape_holds_whole_rows_for_every_group(direction, cols):
+    from bwbench.cuda import row_tile
     from bwbench.cuda.softmax import dispatch
 
     for itemsize in (2, 4):
@@ -228,7 +229,7 @@ def test_tile_shape_holds_whole_rows_for_every_group(direction, cols):
             shape = dispatch.tile_shape(rows, cols, itemsize, direction, 16384, 132, 227 * 1024)
             assert shape is not None
             assert shape.group in dispatch.GROUP_WIDTHS
-            assert cols <= shape.group * dispatch.TILE_COLS_PER_LANE or shape.group == 32
+            assert cols <= shape.group * row_tile.COLS_PER_LANE or shape.group == 32
             slots = dispatch.TILE_BLOCK // shape.group
             assert shape.tile_rows >= slots and shape.tile_rows % slots == 0, "every group gets as many rows"
             pack = 16 // itemsize
@@ -289,3 +290,16 @@ def test_a_forced_tile_tier_needs_dense_packed_rows():
         plan("softmax", 7, 64, "half_t", 1, FakeDevice(), dense=True, tier="tile")
     with pytest.raises(ValueError, match="tile tier needs dense"):
         plan("softmax", 7, 65535, "float", 4, FakeDevice(), dense=True, tier="tile")
+
+
+def test_tile_packs_cover_a_run_at_every_phase():
+    """row_tile.packs_max (the kernels' shared-memory footprint of a run) is the most aligned packs
+    a run of n elements covers, whatever element of a pack it starts at."""
+    from bwbench.cuda import row_tile
+
+    for itemsize in (2, 4):
+        pack = 16 // itemsize
+        for n in range(1, 70):
+            covered = [(phase + n + pack - 1) // pack - phase // pack for phase in range(pack)]
+            assert max(covered) == row_tile.packs_max(n, itemsize), (itemsize, n)
+    assert row_tile.group_width(1) == 1 and row_tile.group_width(33) == 16 and row_tile.group_width(5000) == 32

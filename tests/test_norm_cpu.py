@@ -245,6 +245,8 @@ def test_every_planned_kernel_is_declared():
 
 @pytest.mark.parametrize("ctype", ["half_t", "bf16_t", "float"])
 def test_odd_rows_take_the_tile_tier_first_and_time_the_row_tiers(ctype):
+    from bwbench.cuda import row_tile
+
     gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
     itemsize = norm.ITEMSIZE[ctype]
     for cols in (1, 3, 31, 33, 127, 197, 577, 1023, 2047 if itemsize == 2 else 1023):
@@ -253,7 +255,7 @@ def test_odd_rows_take_the_tile_tier_first_and_time_the_row_tiers(ctype):
         p = norm.plan(cols, ctype, False, 1, gpu, limit, same_phase=True)
         assert p.tier == "tile" and p.kernel == f"norm_tile<{ctype}, false>" and p.block == norm.TILE_BLOCK
         tile_rows, group = p.extra
-        assert p.rows_per_block == tile_rows and group == norm.tile_group(cols)
+        assert p.rows_per_block == tile_rows and group == row_tile.group_width(cols)
         assert tile_rows % (norm.TILE_BLOCK // group) == 0, "as many rows for every group"
         assert p.smem_bytes == norm.tile_smem_bytes(tile_rows, cols, itemsize) <= limit
         assert any(c.tier != "tile" for c in p.alternatives), "the row tiers are timed against it"

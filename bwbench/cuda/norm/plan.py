@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from bwbench.cuda import row_tile
+
 __all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
            "plan", "rank_blocks", "rows_configs", "warp_config", "warp_configs"]
 
@@ -80,7 +82,7 @@ NAIVE_BLOCK = 256
 STATIC_SMEM_MARGIN = 1024
 """Bytes of the per-block shared-memory limit left for the kernels' static reduction buffers."""
 
-TILE_BLOCK = 256
+TILE_BLOCK = row_tile.BLOCK
 """Threads per block of norm_tile."""
 
 TILE_MAX_ROW_BYTES = 4096
@@ -91,9 +93,6 @@ TILE_BYTES = (16384, 8192)
 
 SPAN_BLOCKS = (512, 256)
 """Threads per block of norm_span: each a candidate, the first the plan's guess."""
-
-TILE_COLS_PER_LANE = 4
-"""norm_tile's groups: the narrowest power of two of lanes with at most this many elements a lane."""
 
 STORAGE_TYPES = ("half_t", "bf16_t", "float")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
@@ -291,23 +290,16 @@ def tile_name(ctype: str, rms: bool) -> str:
     return f"norm_tile<{ctype}, {_cpp_bool(rms)}>"
 
 
-def tile_group(cols: int) -> int:
-    """Lanes per row of norm_tile (a power of two up to 32)."""
-    return next((g for g in (1, 2, 4, 8, 16, 32) if g * TILE_COLS_PER_LANE >= cols), 32)
-
-
 def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int) -> int:
-    """Shared memory of a tile: the 16-byte packs covering tile_rows * cols elements at any phase
-    (kernels/row_tile.cuh's packs_max)."""
-    pack = 16 // itemsize
-    return (tile_rows * cols + 2 * pack - 2) // pack * 16
+    """Shared memory of a tile: the 16-byte packs covering tile_rows * cols elements at any phase."""
+    return row_tile.smem_bytes(tile_rows, cols, itemsize)
 
 
 def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
     """norm_tile plans of TILE_BYTES-sized tiles (whole rows, the same number for every group of
     lanes), those that launch."""
     itemsize = ITEMSIZE[ctype]
-    group = tile_group(cols)
+    group = row_tile.group_width(cols)
     slots = TILE_BLOCK // group
     plans = []
     for target in TILE_BYTES:

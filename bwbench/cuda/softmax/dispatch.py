@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from bwbench.cuda import row_tile
+
 __all__ = [
     "BLOCK_SIZES",
     "GROUP_WIDTHS",
@@ -84,11 +86,8 @@ BLOCK_RULES = ("threads", "oneflow")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
 ALGORITHMS = {"softmax": 0, "log_softmax": 1}
 TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster", "tile")
-TILE_BLOCK = 256
+TILE_BLOCK = row_tile.BLOCK
 """Threads per block of the tile tier (softmax.cu's BW_SOFTMAX_TILE_BLOCK)."""
-TILE_COLS_PER_LANE = 4
-"""The tile tier's groups are the narrowest power of two of lanes giving each lane at most this
-many of a row's elements (32 lanes, a full warp, for rows longer than 128)."""
 CLUSTER_SIZES = (2, 4, 8)
 """Blocks per row of the cluster tier: the sizes every sm_90 GPU launches (8 is the portable limit)."""
 CLUSTER_PACKS_PER_THREAD = 8
@@ -360,19 +359,10 @@ class TileShape:
     smem: int
 
 
-def tile_group(cols: int) -> int:
-    """Lanes per row of the tile tier: the narrowest power of two giving each lane at most
-    TILE_COLS_PER_LANE elements, at most a warp."""
-    return next((g for g in GROUP_WIDTHS if g * TILE_COLS_PER_LANE >= cols), GROUP_WIDTHS[-1])
-
-
 def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int, direction: str) -> int:
-    """Dynamic shared memory of a tile of `tile_rows` rows: for each tensor read (x; or y and dy),
-    the 16-byte packs covering tile_rows * cols elements at any phase (kernels/row_tile.cuh's
-    packs_max)."""
-    pack = PACK_BYTES // itemsize
-    packs = (tile_rows * cols + 2 * pack - 2) // pack
-    return packs * PACK_BYTES * (2 if direction == "backward" else 1)
+    """Dynamic shared memory of a tile of `tile_rows` rows: each tensor read (x; or y and dy) as
+    the 16-byte packs covering it at any phase."""
+    return row_tile.smem_bytes(tile_rows, cols, itemsize, 2 if direction == "backward" else 1)
 
 
 def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: int, sms: int,
@@ -380,7 +370,7 @@ def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: 
     """The tile tier's shape for (rows, cols): tiles of about `tile_bytes` a tensor, whole rows, a
     multiple of the block's groups, and small enough that every SM gets two tiles where the
     tensor allows; None where one row per group does not fit `smem_limit`."""
-    group = tile_group(cols)
+    group = row_tile.group_width(cols)
     slots = TILE_BLOCK // group
     row_bytes = cols * itemsize
     by_size = max(1, tile_bytes // row_bytes // slots) * slots
