@@ -32,6 +32,7 @@
 //
 // Indices into x and y are 64-bit (rows * cols may exceed 2^31); column indices are 32-bit.
 
+#include "row_tile.cuh"
 #include "welford.cuh"
 
 // Dynamic shared memory of norm_block<..., true>: one row of x in its storage type.
@@ -669,6 +670,139 @@ norm_block(const T* __restrict__ x, const T* __restrict__ gamma, const T* __rest
                 }
             }
         }
+    }
+}
+
+// =============================================================================================
+// Optimized, tile tier: short rows whose bytes are no multiple of 16 (31 or 1023 half columns).
+// A block copies `tile_rows` consecutive rows of x (one contiguous run) into shared memory in
+// aligned 16-byte packs (row_tile.cuh), groups of `group` lanes normalize one row each in place,
+// and the tile goes back to y in packs: x and y move like a copy although no row starts on a
+// pack. LayerNorm's statistics are two plain passes over the cached row, shifted by its first
+// element K as in the other tiers (the mean of x - K, then the sum of squares about it), so no
+// Welford merge is needed; the xor all-reduce gives every lane of a group the same bits. gamma and
+// beta are read per element from global memory (L1-resident: every row reads the same ones).
+// x and y must start the same number of elements past a 16-byte boundary (the host checks).
+// =============================================================================================
+namespace normk {
+
+// Sums over the threads that share a row: the aligned group of `width` lanes (norm_tile), or the
+// whole block (norm_span). Every thread that shares the row gets the same bits.
+struct GroupSum {
+    int width;
+    __device__ __forceinline__ float operator()(float v) const { return bw::tile::group_allreduce<bw::SumOp>(v, width); }
+};
+
+struct BlockSum {
+    __device__ __forceinline__ float operator()(float v) const { return bw::block_allreduce<bw::SumOp>(v); }
+};
+
+// Normalizes the cached row `row` (cols elements, this thread's are first, first + step, ...)
+// in place and returns its statistics: two plain passes over the cache, shifted by the row's
+// first element K (LayerNorm: the mean of x - K, then the squares about it). `stop` is cols for a
+// live row, 0 for a thread whose group has no row (it still takes part in the sums).
+template <typename T, bool kRms, typename Sum>
+__device__ __forceinline__ void normalize_cached(T* row, int stop, int first, int step, float fcols, float eps,
+                                                 const T* __restrict__ gamma, const T* __restrict__ beta,
+                                                 Sum sum_over_row, float& mean_out, float& rstd_out) {
+    float rstd, mean = 0.0f, k = 0.0f;
+    if constexpr (kRms) {
+        float ss = 0.0f;
+        for (int c = first; c < stop; c += step) {
+            const float v = bw::to_float(row[c]);
+            ss = fmaf(v, v, ss);
+        }
+        rstd = rsqrtf(sum_over_row(ss) / fcols + eps);
+    } else {
+        k = stop > 0 ? bw::to_float(row[0]) : 0.0f;
+        float sum = 0.0f;
+        for (int c = first; c < stop; c += step) sum += bw::to_float(row[c]) - k;
+        mean = sum_over_row(sum) / fcols;
+        float m2 = 0.0f;
+        for (int c = first; c < stop; c += step) {
+            const float d = (bw::to_float(row[c]) - k) - mean;
+            m2 = fmaf(d, d, m2);
+        }
+        rstd = rsqrtf(sum_over_row(m2) / fcols + eps);
+    }
+    for (int c = first; c < stop; c += step) {
+        const float v = bw::to_float(row[c]);
+        const float g = bw::to_float(gamma[c]);
+        row[c] = bw::from_float<T>(kRms ? v * rstd * g : fmaf(((v - k) - mean) * rstd, g, bw::to_float(beta[c])));
+    }
+    mean_out = k + mean;
+    rstd_out = rstd;
+}
+
+}  // namespace normk
+
+template <typename T, bool kRms>
+__global__ void __launch_bounds__(256)
+norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+          int cols, float eps, int tile_rows, int group) {
+    typedef bw::Pack<T, 16 / sizeof(T)> PackT;
+    PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
+    const int phase = bw::tile::phase_of(x);
+    const int lane = threadIdx.x & (group - 1);
+    const int slot = threadIdx.x / group;
+    const int slots = blockDim.x / group;
+    const float fcols = static_cast<float>(cols);
+    const int tiles = (rows + tile_rows - 1) / tile_rows;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int r0 = t * tile_rows;
+        const int n = min(tile_rows, rows - r0);
+        const bw::tile::Tile<T> tile(static_cast<i64>(r0) * cols, static_cast<i64>(r0 + n) * cols, phase);
+        bw::tile::load(cache, x, tile);
+        bw::tile::wait_copies();
+        __syncthreads();
+        T* cached = reinterpret_cast<T*>(cache) + tile.lead;
+        for (int first = 0; first < n; first += slots) {
+            const int r = first + slot;
+            float mean, rstd;
+            normk::normalize_cached<T, kRms>(cached + static_cast<i64>(r < n ? r : 0) * cols, r < n ? cols : 0, lane,
+                                             group, fcols, eps, gamma, beta, normk::GroupSum{group}, mean, rstd);
+            if (lane == 0 && r < n) {
+                rstd_out[r0 + r] = rstd;
+                if constexpr (!kRms) mean_out[r0 + r] = mean;
+            }
+        }
+        __syncthreads();
+        bw::tile::store(y, tile, cache);
+        __syncthreads();  // the next tile's copies overwrite the cache
+    }
+}
+
+// =============================================================================================
+// Optimized, span tier: rows of odd byte counts too long for a tile (4097 or 30001 half columns),
+// one block a row. The row's aligned 16-byte packs are copied into shared memory (a tile of one
+// row), the block normalizes it there, and the packs go back to y: 16-byte accesses throughout,
+// where the block tiers fall back to one element per access for rows that do not start on a pack.
+// =============================================================================================
+template <typename T, bool kRms>
+__global__ void __launch_bounds__(1024)
+norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+          T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+          int cols, float eps) {
+    typedef bw::Pack<T, 16 / sizeof(T)> PackT;
+    PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
+    const int phase = bw::tile::phase_of(x);
+    const float fcols = static_cast<float>(cols);
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const bw::tile::Tile<T> tile(static_cast<i64>(r) * cols, static_cast<i64>(r + 1) * cols, phase);
+        bw::tile::load(cache, x, tile);
+        bw::tile::wait_copies();
+        __syncthreads();
+        float mean, rstd;
+        normk::normalize_cached<T, kRms>(reinterpret_cast<T*>(cache) + tile.lead, cols, threadIdx.x, blockDim.x, fcols,
+                                         eps, gamma, beta, normk::BlockSum{}, mean, rstd);
+        if (threadIdx.x == 0) {
+            rstd_out[r] = rstd;
+            if constexpr (!kRms) mean_out[r] = mean;
+        }
+        __syncthreads();
+        bw::tile::store(y, tile, cache);
+        __syncthreads();
     }
 }
 

@@ -153,6 +153,10 @@ def test_softmax_repeats_pass_addresses_strides_and_sizes_in_kernel_order():
     dx = _Call(backward, (33, 33, 33), 6, 33)((y, dy))
     assert backward.values == [(y.data_ptr(), 33, dy.data_ptr(), 33, dx.data_ptr(), 33, 6, 33)]
 
+    tiled = _Recorder()  # the tile tier's (tile_rows, group) follow the sizes
+    dx = _Call(tiled, (33, 33, 33), 6, 33, (16, 16))((y, dy))
+    assert tiled.values == [(y.data_ptr(), 33, dy.data_ptr(), 33, dx.data_ptr(), 33, 6, 33, 16, 16)]
+
 
 def test_norm_and_permute_repeats_pass_their_kernels_arguments_in_order():
     import numpy as np

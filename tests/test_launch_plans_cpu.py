@@ -73,11 +73,13 @@ def test_softmax_plans_name_declared_kernels(op, cols):
     direction = OPERATIONS[op][0]
     for ctype, starts_aligned in (("half_t", True), ("half_t", False), ("float", False)):
         pack = dispatch.pack_elements(dispatch.ITEMSIZE[ctype], True)
-        chosen = plan(op, 49152, cols, ctype, pack, FakeDevice(), starts_aligned=starts_aligned)
-        assert chosen.launch.kernel in dispatch.kernel_names(ctype, direction)
-        assert chosen.launch.tier == chosen.tier and chosen.grid >= 1 and chosen.block in (128, 256, 512, 1024)
-        small = plan(op, 49152, cols, ctype, pack, FakeDevice(), grid_waves=1, starts_aligned=starts_aligned)
-        assert small.grid <= chosen.grid and small.choice == chosen.choice
+        for dense in (False, True):
+            chosen = plan(op, 49152, cols, ctype, pack, FakeDevice(), starts_aligned=starts_aligned, dense=dense)
+            assert chosen.launch.kernel in dispatch.kernel_names(ctype, direction)
+            assert chosen.launch.tier == chosen.tier and chosen.grid >= 1 and chosen.block in (128, 256, 512, 1024)
+            small = plan(op, 49152, cols, ctype, pack, FakeDevice(), grid_waves=1, starts_aligned=starts_aligned,
+                         dense=dense)
+            assert small.grid <= chosen.grid and small.choice == chosen.choice
 
 
 def _count_calls(monkeypatch, module, name: str) -> list:
@@ -214,3 +216,90 @@ def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     # the partly cached backward keeps rows whose y and dy one block mostly holds
     partly = plan("softmax_backward", 4096, 32768, "float", 4, FakeDevice(clusters=True))
     assert partly.tier == "smem" and partly.choice.partial
+
+
+@pytest.mark.parametrize("cols", [1, 3, 31, 33, 127, 197, 577, 1023, 2047])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_tile_shape_holds_whole_rows_for_every_group(direction, cols):
+    from bwbench.cuda import row_tile
+    from bwbench.cuda.softmax import dispatch
+
+    for itemsize in (2, 4):
+        for rows in (1, 7, 130, 49152):
+            shape = dispatch.tile_shape(rows, cols, itemsize, direction, 16384, 132, 227 * 1024)
+            assert shape is not None
+            assert shape.group in dispatch.GROUP_WIDTHS
+            assert cols <= shape.group * row_tile.COLS_PER_LANE or shape.group == 32
+            slots = dispatch.TILE_BLOCK // shape.group
+            assert shape.tile_rows >= slots and shape.tile_rows % slots == 0, "every group gets as many rows"
+            pack = 16 // itemsize
+            packs = -(-(shape.tile_rows * cols + pack - 1) // pack)  # a run starting one element before a pack
+            assert shape.smem >= packs * 16 * (2 if direction == "backward" else 1), "room at any phase"
+            if rows == 49152:
+                assert -(-rows // shape.tile_rows) >= 2 * 132 or shape.tile_rows == slots, "two tiles an SM"
+                assert shape.tile_rows * cols * itemsize <= 16384 or shape.tile_rows == slots
+
+
+def test_tile_shape_refuses_rows_one_group_each_cannot_hold():
+    from bwbench.cuda.softmax import dispatch
+
+    assert dispatch.tile_shape(100, 65535, 4, "forward", 16384, 132, 227 * 1024) is None
+
+
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+def test_backward_rows_of_odd_bytes_past_the_warp_tier_take_the_tile_tier(op):
+    from bwbench.cuda.softmax import dispatch
+    from bwbench.cuda.softmax.plan import OPERATIONS, plan
+
+    direction = OPERATIONS[op][0]
+    for cols in (1023, 1025, 1500):
+        chosen = plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+        assert chosen.tier == "tile", cols
+        assert chosen.launch.kernel in dispatch.kernel_names("half_t", direction)
+        tile_rows, group = (int(a) for a in chosen.launch.args)
+        assert (tile_rows, group) == (chosen.choice.tile_rows, chosen.choice.group)
+        assert chosen.grid == -(-49152 // tile_rows) and chosen.block == dispatch.TILE_BLOCK
+        assert chosen.smem == dispatch.tile_smem_bytes(tile_rows, cols, 2, direction)
+        # the same rows as a column slice, or with offsets that differ, keep the row tiers
+        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False).tier == "smem"
+        assert plan(op, 49152, cols, "half_t", 1, FakeDevice(), dense=True).tier != "tile"
+    # rows the warp tier holds stay there, odd or not; so do rows past tile_max_row_bytes
+    for cols in (31, 33, 197, 577, 1000):
+        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=cols % 8 == 0,
+                    dense=True).tier == "warp", cols
+    assert plan(op, 49152, 2047, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True).tier == "smem"
+    assert plan(op, 49152, 1023, "float", 4, FakeDevice(), starts_aligned=False, dense=True).tier == "smem"
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "online_softmax"])
+def test_the_forward_keeps_its_row_tiers_for_odd_rows(op):
+    from bwbench.cuda.softmax.plan import plan
+
+    for cols in (31, 197, 1023, 1025, 2047):
+        assert plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True).tier != "tile"
+
+
+def test_a_forced_tile_tier_needs_dense_packed_rows():
+    from bwbench.cuda.softmax.plan import plan
+
+    forced = plan("softmax", 7, 64, "half_t", 8, FakeDevice(), dense=True, tier="tile")
+    assert forced.tier == "tile" and forced.grid == 1
+    with pytest.raises(ValueError, match="tile tier needs dense"):
+        plan("softmax", 7, 64, "half_t", 8, FakeDevice(), dense=False, tier="tile")
+    with pytest.raises(ValueError, match="tile tier needs dense"):
+        plan("softmax", 7, 64, "half_t", 1, FakeDevice(), dense=True, tier="tile")
+    with pytest.raises(ValueError, match="tile tier needs dense"):
+        plan("softmax", 7, 65535, "float", 4, FakeDevice(), dense=True, tier="tile")
+
+
+def test_tile_packs_cover_a_run_at_every_phase():
+    """row_tile.packs_max (the kernels' shared-memory footprint of a run) is the most aligned packs
+    a run of n elements covers, whatever element of a pack it starts at."""
+    from bwbench.cuda import row_tile
+
+    for itemsize in (2, 4):
+        pack = 16 // itemsize
+        for n in range(1, 70):
+            covered = [(phase + n + pack - 1) // pack - phase // pack for phase in range(pack)]
+            assert max(covered) == row_tile.packs_max(n, itemsize), (itemsize, n)
+    assert row_tile.group_width(1) == 1 and row_tile.group_width(33) == 16 and row_tile.group_width(5000) == 32

@@ -234,12 +234,59 @@ def test_every_planned_kernel_is_declared():
                 for pack in (norm.full_pack(ctype), 1):
                     if cols % pack:
                         continue
-                    for tier in (None, "registers", "smem", "uncached"):
-                        try:
-                            p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier)
-                        except ValueError:
-                            continue
-                        assert p.kernel in declared
+                    for tier in (None, "registers", "smem", "uncached", "tile", "span"):
+                        for same_phase in (False, True):
+                            try:
+                                p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier, same_phase=same_phase)
+                            except ValueError:
+                                continue
+                            assert all(c.kernel in declared for c in p.candidates)
+
+
+@pytest.mark.parametrize("ctype", ["half_t", "bf16_t", "float"])
+def test_odd_rows_take_the_tile_tier_first_and_time_the_row_tiers(ctype):
+    from bwbench.cuda import row_tile
+
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    itemsize = norm.ITEMSIZE[ctype]
+    for cols in (1, 3, 31, 33, 127, 197, 577, 1023, 2047 if itemsize == 2 else 1023):
+        if cols * itemsize % 16 == 0:
+            continue
+        p = norm.plan(cols, ctype, False, 1, gpu, limit, same_phase=True)
+        assert p.tier == "tile" and p.kernel == f"norm_tile<{ctype}, false>" and p.block == norm.TILE_BLOCK
+        tile_rows, group = p.extra
+        assert p.rows_per_block == tile_rows and group == row_tile.group_width(cols)
+        assert tile_rows % (norm.TILE_BLOCK // group) == 0, "as many rows for every group"
+        assert p.smem_bytes == norm.tile_smem_bytes(tile_rows, cols, itemsize) <= limit
+        assert any(c.tier != "tile" for c in p.alternatives), "the row tiers are timed against it"
+        assert all(c.alternatives == () for c in p.alternatives)
+        # y at another phase than x, or a forced block: the row tiers alone
+        assert norm.plan(cols, ctype, False, 1, gpu, limit).tier != "tile"
+        assert all(c.tier != "tile" for c in norm.plan(cols, ctype, False, 1, gpu, limit, block=64,
+                                                       same_phase=True).candidates)
+    # rows of whole packs keep the row tiers; odd rows past TILE_MAX_ROW_BYTES take a block each
+    assert norm.plan(1024, ctype, False, 16 // itemsize, gpu, limit, same_phase=True).tier != "tile"
+    for odd_long in (norm.TILE_MAX_ROW_BYTES // itemsize + 1, 30001):
+        p = norm.plan(odd_long, ctype, False, 1, gpu, limit, same_phase=True)
+        assert p.tier == "span" and p.kernel == f"norm_span<{ctype}, false>" and p.rows_per_block == 1
+        assert p.smem_bytes == norm.tile_smem_bytes(1, odd_long, itemsize) and p.extra == ()
+        assert [c.block for c in p.candidates if c.tier == "span"] == list(norm.SPAN_BLOCKS)
+        assert any(c.tier != "span" for c in p.alternatives)
+    # longer than shared memory: the row tiers alone
+    assert norm.plan(200_001, ctype, False, 1, gpu, limit, same_phase=True).tier == "uncached"
+
+
+def test_forced_tile_tier_needs_lined_up_packs():
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    forced = norm.plan(64, "half_t", True, 8, gpu, limit, tier="tile", same_phase=True)
+    assert forced.tier == "tile" and all(c.tier == "tile" for c in forced.candidates)
+    with pytest.raises(ValueError, match="tile tier needs"):
+        norm.plan(64, "half_t", True, 8, gpu, limit, tier="tile")
+    with pytest.raises(ValueError, match="tile tier needs"):
+        norm.plan(32768, "float", True, 4, gpu, limit, tier="tile", same_phase=True)
+    assert norm.plan(33, "float", True, 1, gpu, limit, tier="span", same_phase=True).tier == "span"
+    with pytest.raises(ValueError, match="span tier needs"):
+        norm.plan(33, "float", True, 1, gpu, limit, tier="span")
 
 
 def test_naive_source_declares_every_launch():

@@ -86,7 +86,7 @@ def _check(got, x, gamma, beta, rms: bool, what: str):
     assert result.passed, f"{what}: {result.message}"
 
 
-TIERS = [None, "warp", "registers", "smem", "uncached"]
+TIERS = [None, "warp", "registers", "smem", "uncached", "tile", "span"]
 
 
 def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -> bool:
@@ -98,6 +98,10 @@ def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -
     if tier == "registers":
         ctype = norm.cpp_type(dtype)
         return cols % norm.full_pack(ctype) == 0 and cols <= norm.rows_max_cols(ctype, rms)
+    if tier == "tile":  # a row for each group of lanes fits shared memory
+        return cols <= 4097
+    if tier == "span":  # a row fits shared memory
+        return cols * dtype.itemsize <= 200 * 1024
     return True
 
 
@@ -122,7 +126,7 @@ def test_optimized_matches_reference(dtype, tier, rms):
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("tier,cols", [("warp", 200), ("warp", 64), ("registers", 4096), ("smem", 2048),
-                                       ("uncached", 1544)])
+                                       ("uncached", 1544), ("tile", 1000), ("span", 1544)])
 def test_row_loop_covers_more_rows_than_the_grid(tier, cols, rms):
     """With one wave of blocks (one of the grids the launcher times) the kernels' row loop covers
     the rest of the rows."""
@@ -160,6 +164,10 @@ def test_misaligned_pointers_fall_back_to_scalar_packs(dtype, tier):
     gamma, beta = gbase[1:cols + 1], gbase[cols + 1:]
     if tier == "registers":
         with pytest.raises(ValueError, match="registers tier needs"):
+            _run("layer_norm", x, gamma, beta, False, tier=tier)
+        return
+    if tier in ("tile", "span"):  # x one element past a boundary, a fresh y on one: their packs do not line up
+        with pytest.raises(ValueError, match=f"{tier} tier needs"):
             _run("layer_norm", x, gamma, beta, False, tier=tier)
         return
     for rms in (False, True):
@@ -374,3 +382,24 @@ def test_every_four_pack_warp_instantiation(dtype, rms):
         for rows, cols, cancel in [(9, full, False), (301, full - 3 * config.pack, True), (4, full // 2 + config.pack, False)]:
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_odd_widths_offer_the_tile_tier_first(dtype, rms):
+    """Rows whose bytes are no multiple of 16: the model's first plan is the tile tier, the row
+    tiers its timed alternatives; whichever wins, the result is right (tile boundaries mid-row at
+    any phase: rows of 13 to 1031 columns, row counts that leave a partial last tile)."""
+    norm = _norm()
+
+    for rows, cols in [(1, 13), (300, 31), (4099, 33), (77, 197), (1000, 577), (33, 1031), (5, 4099), (3, 30001)]:
+        x = _random(rows, cols, dtype, seed=rows + 3 * cols)
+        gamma, beta = _params(cols, dtype, seed=cols + 2)
+        if cols * x.element_size() % 16:
+            model = norm.launch_plan(x, rms=rms, pack=1).plan
+            staged = "tile" if cols * x.element_size() <= norm.TILE_MAX_ROW_BYTES else "span"
+            assert model.tier == staged and any(c.tier != staged for c in model.alternatives), model
+        got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms)
+        _check(got, x, gamma, beta, rms, f"auto ({rows}, {cols}) {dtype}")
+        again = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms)  # the remembered launch
+        _check(again, x, gamma, beta, rms, f"repeat ({rows}, {cols}) {dtype}")

@@ -35,8 +35,8 @@ COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
 FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "registers", "smem", "smem/three-pass",
-                 "smem/oneflow", "uncached", "uncached/three-pass", "cluster"]
-BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached", "cluster"]
+                 "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
+BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached", "cluster", "tile"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
 
 
@@ -159,7 +159,7 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
             first = next(iter(laid.values()))
             what = f"{op} [{tier}] {_name(dtype)} ({rows}, {cols}) {layout}"
             out = _poisoned_out(rows, cols, dtype, layout)
-            pack, starts_aligned = row_layout(tuple(laid.values()) + (out,))
+            pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
             span = d.span_cols(cols, pack, starts_aligned)
             if overrides.get("tier") == "warp":
                 if d.warp_shape(span, pack, direction) is None:
@@ -175,6 +175,16 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                 with pytest.raises(ValueError, match="clusters"):
                     fn(**laid, out=out, **overrides)
                 continue
+            if overrides.get("tier") == "tile":
+                try:
+                    plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense,
+                                **overrides)
+                except ValueError as exc:  # strided, offsets that differ, or rows no tile holds
+                    assert "tile tier needs" in str(exc), what
+                    assert not dense or pack == 1 or cols * first.element_size() > 4096, what
+                    with pytest.raises(ValueError, match="tile tier needs"):
+                        fn(**laid, out=out, **overrides)
+                    continue
             if overrides.get("tier") == "smem":
                 try:
                     plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, **overrides)
@@ -226,9 +236,14 @@ def test_auto_dispatch_reaches_every_tier():
 
     for op in ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward"):
         assert t(49152, 32, torch.float16, op) == "warp"
-        assert t(3, 1, torch.float32, op) == "warp"
         assert t(49152, 512, torch.float16, op) == "warp"
+        assert t(3, 1, torch.float32, op) == "warp"
         assert t(8, 501, torch.bfloat16, op) == "warp"
+        # dense backward rows of odd byte counts past the warp tier go through shared memory in tiles
+        backward = "backward" in op
+        assert t(49152, 1025, torch.float16, op) == ("tile" if backward else "warp")
+        wide = torch.empty(64, 1040, dtype=torch.float16, device="cuda")
+        assert which_tier(wide[:, :1025], op) == ("smem" if backward else "warp"), "a column slice is not dense"
         assert t(49152, 1024, torch.float16, op) == "warp"
         assert t(8, 4097, torch.float16, op) == "smem"
         assert t(8, 4096, torch.float32, op) == "smem"
@@ -264,7 +279,7 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
     itemsize = d.ITEMSIZE[ctype]
     th = s.DEFAULT_THRESHOLDS[key]
     device = torch.cuda.current_device()
-    for cols in [2**k for k in range(5, 17)] + [1000, 4097, 50257, 151936]:
+    for cols in [2**k for k in range(5, 17)] + [31, 197, 1000, 1023, 4097, 50257, 151936]:
         pack = d.pack_elements(itemsize, True)
         span = d.span_cols(cols, pack, cols % pack == 0)
         plan = s.plan_launch(op, 49152, cols, dtype)
@@ -284,10 +299,15 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
         cluster = None
         if torch.cuda.get_device_capability(device) >= (9, 0) and th.cluster_below_smem_blocks:
             cluster = d.cluster_shape(span, pack, itemsize, direction, limit, th.cluster_min_blocks_per_sm)
+        tile_kernel = module.kernel(d.kernel_name(ctype, algorithm, direction, d.TierChoice("tile", pack=pack)))
+        tile = d.tile_shape(49152, cols, itemsize, direction, th.tile_bytes,
+                            torch.cuda.get_device_properties(device).multi_processor_count,
+                            allow_all_dynamic_shared_memory(tile_kernel, device))
         assert plan.choice.partial == (partial and plan.tier == "smem")
         assert replace(plan.choice, partial=False) == d.choose_tier(span, pack, direction=direction,
                                                                     smem_blocks_per_sm=table, thresholds=th,
-                                                                    cluster=cluster)
+                                                                    cluster=cluster, tile=tile,
+                                                                    row_bytes=cols * itemsize)
         assert plan.grid >= 1 and plan.block in (128, 256, 512, 1024)
 
 
@@ -296,8 +316,9 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
                                         (torch.float16, 65536), (torch.bfloat16, 60001)])
 def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, cols):
     """Rows whose y and dy exceed a block's shared memory: the shared-memory tier caches the
-    first packs and reads the rest twice (rows of whole packs; others take the uncached tier);
-    every element still right, with poisoned outputs."""
+    first packs and reads the rest twice (rows of whole packs; others take the cluster tier where
+    the GPU launches clusters, else the uncached tier); every element still right, with poisoned
+    outputs."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.loader import cpp_type
@@ -307,7 +328,8 @@ def test_backward_caches_part_of_a_row_too_long_for_shared_memory(op, dtype, col
         inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
         plan = s.plan_launch(op, rows, cols, dtype)
         if cols % (16 // itemsize):
-            assert plan.tier == "uncached", plan
+            clusters = torch.cuda.get_device_capability() >= (9, 0)
+            assert plan.tier == ("cluster" if clusters else "uncached"), plan
         else:
             assert plan.tier == "smem" and plan.choice.partial, plan
             assert 0 < plan.smem < d.smem_bytes("backward", cols, itemsize) and plan.kernel_name.startswith("softmax_grad_partial<")

@@ -111,12 +111,14 @@ _MODELS: dict[tuple, tuple[NormPlan, CompiledModule]] = {}
 _CHOSEN: dict[tuple, Chosen] = {}
 
 
-def _key(device: int, rows: int, cols: int, dtype, rms: bool, pack: int, tier, block, waves) -> tuple:
-    return (device, rows, cols, dtype, rms, pack, tier, block, waves)
+def _key(device: int, rows: int, cols: int, dtype, rms: bool, pack: int, tier, block, waves,
+         same_phase: bool = True) -> tuple:
+    return (device, rows, cols, dtype, rms, pack, tier, block, waves, same_phase)
 
 
-def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block) -> tuple[NormPlan, CompiledModule]:
-    key = (device, cols, dtype, rms, pack, tier, block)
+def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block,
+           same_phase: bool = True) -> tuple[NormPlan, CompiledModule]:
+    key = (device, cols, dtype, rms, pack, tier, block, same_phase)
     found = _MODELS.get(key)
     if found is None:
         ctype = cpp_type(dtype)
@@ -129,7 +131,7 @@ def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block) -> 
                 set_max_dynamic_shared_memory(kernel, smem_limit, device)
             return max_active_blocks_per_sm(kernel, threads, smem, device)
 
-        found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block), module)
+        found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block, same_phase), module)
     return found
 
 
@@ -145,9 +147,10 @@ def _with_grid(chosen: NormPlan, module: CompiledModule, device: int, rows: int,
 
 
 def launch_plan(x: torch.Tensor, rms: bool, pack: int, tier: str | None = None, block: int | None = None,
-                grid_waves: tuple[int | None, ...] = DEFAULT_GRID_WAVES) -> Chosen:
-    """The model's plan, compiled kernel and grid (the first of `grid_waves`) for x, before any timing."""
-    chosen, module = _model(x.device.index, x.shape[1], x.dtype, rms, pack, tier, block)
+                grid_waves: tuple[int | None, ...] = DEFAULT_GRID_WAVES, same_phase: bool = True) -> Chosen:
+    """The model's plan, compiled kernel and grid (the first of `grid_waves`) for x, before any timing;
+    same_phase: y will start as far past a 16-byte boundary as x (a fresh y does where x is aligned)."""
+    chosen, module = _model(x.device.index, x.shape[1], x.dtype, rms, pack, tier, block, same_phase)
     return _with_grid(chosen, module, x.device.index, x.shape[0], grid_waves[0])
 
 
@@ -156,28 +159,36 @@ def chosen_launch(x: torch.Tensor, rms: bool, tier: str | None = None, block: in
     """The launch `layer_norm` / `rms_norm` settled on for x's shape (after timing), if any yet."""
     device, (rows, cols) = x.device.index, x.shape
     for pack in (full_pack(cpp_type(x.dtype)), 1):
-        found = _CHOSEN.get(_key(device, rows, cols, x.dtype, rms, pack, tier, block, grid_waves))
-        if found is not None:
-            return found
+        for same_phase in (True, False):
+            found = _CHOSEN.get(_key(device, rows, cols, x.dtype, rms, pack, tier, block, grid_waves, same_phase))
+            if found is not None:
+                return found
     return None
+
+
+def arguments(step: Chosen, args: tuple) -> tuple:
+    """The kernel's arguments: the common ones, then the plan's own (the tile tier's)."""
+    return (*args, *(np.int32(a) for a in step.plan.extra))
 
 
 def _time_us(step: Chosen, args: tuple, device: int) -> float:
     """One candidate's first-use time: cold in L2, as `bwbench run` measures it."""
-    return cold_launch_us(lambda: run(step.kernel, step.launch, args, device), device)
+    full = arguments(step, args)
+    return cold_launch_us(lambda: run(step.kernel, step.launch, full, device), device)
 
 
-def _tuned(x: torch.Tensor, rms: bool, pack: int, tier, block, waves: tuple, args: tuple) -> Chosen:
+def _tuned(x: torch.Tensor, rms: bool, pack: int, tier, block, waves: tuple, args: tuple,
+           same_phase: bool = True) -> Chosen:
     """The launch for x: the model's plan with the first of `waves`, or, where the model leaves
     alternatives or the grids differ, the fastest of them timed once on these very arguments
     (every candidate computes the same outputs). Not while a CUDA graph is being captured (nothing
     may synchronize then): the model's choice is used and not remembered."""
     device, (rows, cols) = x.device.index, x.shape
-    key = _key(device, rows, cols, x.dtype, rms, pack, tier, block, waves)
+    key = _key(device, rows, cols, x.dtype, rms, pack, tier, block, waves, same_phase)
     step = _CHOSEN.get(key)
     if step is not None:
         return step
-    model, module = _model(device, cols, x.dtype, rms, pack, tier, block)
+    model, module = _model(device, cols, x.dtype, rms, pack, tier, block, same_phase)
     options = {(o.launch.kernel, o.grid): o
                for o in (_with_grid(c, module, device, rows, w) for c in model.candidates for w in waves)}
     step = next(iter(options.values()))
@@ -194,8 +205,9 @@ class _Repeat:
     (the same dtype, device, shape, strides and 16-byte phase of x, gamma and beta, and the same
     eps and options): a repeat only allocates its outputs and enqueues."""
 
-    def __init__(self, launch: PlannedCall, x: torch.Tensor, rms: bool, y_phase: int) -> None:
-        self.launch, self.rms, self.y_phase = launch, rms, y_phase
+    def __init__(self, launch: PlannedCall, x: torch.Tensor, rms: bool, y_phase: int,
+                 extra: tuple[int, ...] = ()) -> None:
+        self.launch, self.rms, self.y_phase, self.extra = launch, rms, y_phase, extra
         self.rows, self.cols = x.shape
         self.device = x.device
 
@@ -206,11 +218,11 @@ class _Repeat:
         rstd = torch.empty(self.rows, dtype=torch.float32, device=self.device)
         if self.rms:
             self.launch.enqueue((x.data_ptr(), gamma.data_ptr(), 0, y.data_ptr(), 0, rstd.data_ptr(),
-                                 self.rows, self.cols, eps))
+                                 self.rows, self.cols, eps, *self.extra))
             return y, rstd
         mean = torch.empty(self.rows, dtype=torch.float32, device=self.device)
         self.launch.enqueue((x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(), mean.data_ptr(),
-                             rstd.data_ptr(), self.rows, self.cols, eps))
+                             rstd.data_ptr(), self.rows, self.cols, eps, *self.extra))
         return y, mean, rstd
 
 
@@ -250,11 +262,13 @@ def _run(x, gamma, beta, eps, out, rms: bool, tier: str | None, block: int | Non
     if cols % pack or not all(t is None or t.data_ptr() % 16 == 0 for t in (x, gamma, beta, y)):
         pack = 1
     args = (x, gamma, beta, y, mean, rstd, np.int32(rows), np.int32(cols), np.float32(eps))
-    step = _tuned(x, rms, pack, tier, block, tuple(waves), args)
+    step = _tuned(x, rms, pack, tier, block, tuple(waves), args, same_phase=x.data_ptr() % 16 == y.data_ptr() % 16)
     device = x.device.index
+    args = arguments(step, args)
     run(step.kernel, step.launch, args, device)
     if key is not None and y.is_contiguous() and not torch.cuda.is_current_stream_capturing():
-        _REPEATS[key] = _Repeat(PlannedCall(step.kernel, step.launch, args, device), x, rms, y.data_ptr() % 16)
+        _REPEATS[key] = _Repeat(PlannedCall(step.kernel, step.launch, args, device), x, rms, y.data_ptr() % 16,
+                                step.plan.extra)
     return result
 
 

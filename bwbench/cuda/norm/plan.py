@@ -7,7 +7,13 @@ The tiers, chosen by the row length as for the softmax (`plan`):
   thread), for rows up to 4096 packs: no shared-memory row cache and no per-pack merge;
 - "smem": one block per row, the row cached in shared memory (copied in with cp.async), while a
   block with that much shared memory can still launch (the occupancy query is not 0);
-- "uncached": one block per row, x read twice (the second time mostly from L2), any cols.
+- "uncached": one block per row, x read twice (the second time mostly from L2), any cols;
+- "tile": rows whose bytes are no multiple of 16 (odd widths), up to TILE_MAX_ROW_BYTES: a block
+  copies several consecutive rows (one contiguous run) through shared memory in aligned 16-byte
+  packs, so x and y move in whole packs although the rows do not start on one. Offered first,
+  with the row tier as the alternative the launcher times against it on first use;
+- "span": longer odd rows, one block a row copied through shared memory the same way (a tile of
+  one row), offered first likewise while the row fits shared memory.
 
 A block tier is latency-bound (measured on an H200: each block spends microseconds per row
 whatever the row length), so its throughput is rows in flight per SM times bytes per row over
@@ -22,10 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from bwbench.cuda import row_tile
+
 __all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
            "plan", "rank_blocks", "rows_configs", "warp_config", "warp_configs"]
 
-TIERS = ("warp", "registers", "smem", "uncached")
+TIERS = ("warp", "registers", "smem", "uncached", "tile", "span")
 
 WARP_BLOCK = 128
 """Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
@@ -73,6 +81,18 @@ NAIVE_BLOCK = 256
 
 STATIC_SMEM_MARGIN = 1024
 """Bytes of the per-block shared-memory limit left for the kernels' static reduction buffers."""
+
+TILE_BLOCK = row_tile.BLOCK
+"""Threads per block of norm_tile."""
+
+TILE_MAX_ROW_BYTES = 4096
+"""Rows of odd byte counts up to this size are offered the tile tier."""
+
+TILE_BYTES = (16384, 8192)
+"""Bytes of x one tile holds, about: each size is a candidate (the first is the plan's guess)."""
+
+SPAN_BLOCKS = (512, 256)
+"""Threads per block of norm_span: each a candidate, the first the plan's guess."""
 
 STORAGE_TYPES = ("half_t", "bf16_t", "float")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
@@ -248,7 +268,50 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
+    names += [tile_name(ctype, rms), span_name(ctype, rms)]
     return tuple(names)
+
+
+def span_name(ctype: str, rms: bool) -> str:
+    return f"norm_span<{ctype}, {_cpp_bool(rms)}>"
+
+
+def span_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
+    """norm_span plans (a block a row, its packs in shared memory), one per SPAN_BLOCKS size that
+    launches."""
+    smem = tile_smem_bytes(1, cols, ITEMSIZE[ctype])
+    if smem > smem_limit:
+        return []
+    name = span_name(ctype, rms)
+    return [NormPlan("span", name, full_pack(ctype), b, smem, 1) for b in SPAN_BLOCKS if occupancy(name, b, smem) > 0]
+
+
+def tile_name(ctype: str, rms: bool) -> str:
+    return f"norm_tile<{ctype}, {_cpp_bool(rms)}>"
+
+
+def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int) -> int:
+    """Shared memory of a tile: the 16-byte packs covering tile_rows * cols elements at any phase."""
+    return row_tile.smem_bytes(tile_rows, cols, itemsize)
+
+
+def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
+    """norm_tile plans of TILE_BYTES-sized tiles (whole rows, the same number for every group of
+    lanes), those that launch."""
+    itemsize = ITEMSIZE[ctype]
+    group = row_tile.group_width(cols)
+    slots = TILE_BLOCK // group
+    plans = []
+    for target in TILE_BYTES:
+        tile_rows = max(1, target // (cols * itemsize) // slots) * slots
+        smem = tile_smem_bytes(tile_rows, cols, itemsize)
+        if smem > smem_limit or occupancy(tile_name(ctype, rms), TILE_BLOCK, smem) < 1:
+            continue
+        candidate = NormPlan("tile", tile_name(ctype, rms), full_pack(ctype), TILE_BLOCK, smem, tile_rows,
+                             extra=(tile_rows, group))
+        if candidate not in plans:
+            plans.append(candidate)
+    return plans
 
 NAIVE_KERNELS = (
     *(f"naive_row_mean<{t}>" for t in STORAGE_TYPES),
@@ -278,6 +341,8 @@ class NormPlan:
     smem_bytes: int
     rows_per_block: int
     alternatives: tuple["NormPlan", ...] = ()
+    extra: tuple[int, ...] = ()
+    """Arguments after eps: (tile_rows, group) for the tile tier."""
 
     @property
     def candidates(self) -> tuple["NormPlan", ...]:
@@ -308,14 +373,34 @@ def rank_blocks(packs: int, row_bytes: int, cached: bool, occupancy: Callable[[i
 
 
 def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem_limit: int,
-         tier: str | None = None, block: int | None = None) -> NormPlan:
+         tier: str | None = None, block: int | None = None, same_phase: bool = False) -> NormPlan:
     """Choose the tier and launch shape (the dispatcher of the softmax article, for norms).
 
     `pack` is the elements per access (the 16-byte pack, or 1 where cols or a pointer does not
     allow it), `occupancy` answers the CUDA occupancy query, `smem_limit` is the dynamic shared
     memory one block may have. `tier` forces a tier (tests use it on short rows); None chooses.
     `block` forces the threads per block of the block tiers (for tuning experiments).
+    `same_phase`: x and y start the same number of elements past a 16-byte boundary, which the
+    tile tier needs.
     """
+    row_bytes = cols * ITEMSIZE[ctype]
+    if tier in ("tile", "span") or (tier is None and block is None and same_phase and row_bytes % 16):
+        short = row_bytes <= TILE_MAX_ROW_BYTES
+        if not same_phase or block is not None:
+            staged = []
+        elif tier == "tile" or (tier is None and short):
+            staged = tile_plans(cols, ctype, rms, occupancy, smem_limit)
+        else:
+            staged = span_plans(cols, ctype, rms, occupancy, smem_limit)
+        if tier is not None:
+            if not staged:
+                raise ValueError(f"the {tier} tier needs x and y at the same offset within 16 bytes, no forced block, "
+                                 f"and {'a row per group of lanes' if tier == 'tile' else 'a row'} within shared "
+                                 f"memory; got cols={cols}")
+            return _with_alternatives(staged[0], staged[1:])
+        if staged:
+            row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
+            return _with_alternatives(staged[0], [*staged[1:], *(_with_alternatives(c, ()) for c in row_tier.candidates)])
     if tier is not None and tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
     if block is not None and (block % 32 or not 32 <= block <= 1024):
@@ -385,4 +470,4 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
 
 def _with_alternatives(first: NormPlan, others) -> NormPlan:
     return NormPlan(first.tier, first.kernel, first.pack, first.block, first.smem_bytes, first.rows_per_block,
-                    tuple(others))
+                    tuple(others), first.extra)

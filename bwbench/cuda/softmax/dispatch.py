@@ -27,11 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from bwbench.cuda import row_tile
+
 __all__ = [
     "BLOCK_SIZES",
     "GROUP_WIDTHS",
     "Thresholds",
     "TierChoice",
+    "TileShape",
     "WarpShape",
     "all_warp_shapes",
     "block_size_by_occupancy",
@@ -44,6 +47,9 @@ __all__ = [
     "smem_bytes",
     "span_cols",
     "span_packs",
+    "takes_tile",
+    "tile_shape",
+    "tile_smem_bytes",
     "uncached_block_size",
     "warp_shape",
     "warp_shapes",
@@ -79,7 +85,9 @@ BLOCK_RULES = ("threads", "oneflow")
 
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
 ALGORITHMS = {"softmax": 0, "log_softmax": 1}
-TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster")
+TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster", "tile")
+TILE_BLOCK = row_tile.BLOCK
+"""Threads per block of the tile tier (softmax.cu's BW_SOFTMAX_TILE_BLOCK)."""
 CLUSTER_SIZES = (2, 4, 8)
 """Blocks per row of the cluster tier: the sizes every sm_90 GPU launches (8 is the portable limit)."""
 CLUSTER_PACKS_PER_THREAD = 8
@@ -154,6 +162,15 @@ class Thresholds:
     (0 disables it)."""
     cluster_min_blocks_per_sm: int = 1
     """The cluster tier is chosen only where its slices leave at least this many blocks an SM."""
+    tile_max_row_bytes: int = 0
+    """Rows of dense tensors of at most this many bytes that the warp tier does not hold go to the
+    tile tier (0: none)."""
+    tile_unaligned_only: bool = True
+    """Only rows whose bytes are no multiple of 16 take the tile tier (the others' rows all start
+    on a pack boundary, where the warp tier moves whole packs)."""
+    tile_bytes: int = 16384
+    """Bytes of each tensor one tile of the tile tier holds, about (whole rows, at least a row a
+    group of lanes)."""
 
     def __post_init__(self) -> None:
         if self.small_group_rows not in SMALL_GROUP_ROWS:
@@ -183,6 +200,10 @@ class TierChoice:
     """Backward shared-memory tier: the row does not fit, so only its first packs are cached."""
     cluster: int = 0
     """Cluster tier: blocks per row (one of CLUSTER_SIZES)."""
+    group: int = 0
+    """Tile tier: lanes per row."""
+    tile_rows: int = 0
+    """Tile tier: rows a block takes at a time."""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -328,6 +349,39 @@ def cluster_smem_bytes(cols: int, pack: int, itemsize: int, direction: str, size
     return -(-span_packs(cols, pack) // size) * per_pack
 
 
+@dataclass(frozen=True)
+class TileShape:
+    """The tile tier's launch: `group` lanes a row, `tile_rows` rows a block at a time, `smem` bytes
+    of dynamic shared memory (every tensor's copy of a tile)."""
+
+    group: int
+    tile_rows: int
+    smem: int
+
+
+def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int, direction: str) -> int:
+    """Dynamic shared memory of a tile of `tile_rows` rows: each tensor read (x; or y and dy) as
+    the 16-byte packs covering it at any phase."""
+    return row_tile.smem_bytes(tile_rows, cols, itemsize, 2 if direction == "backward" else 1)
+
+
+def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: int, sms: int,
+               smem_limit: int) -> TileShape | None:
+    """The tile tier's shape for (rows, cols): tiles of about `tile_bytes` a tensor, whole rows, a
+    multiple of the block's groups, and small enough that every SM gets two tiles where the
+    tensor allows; None where one row per group does not fit `smem_limit`."""
+    group = row_tile.group_width(cols)
+    slots = TILE_BLOCK // group
+    row_bytes = cols * itemsize
+    by_size = max(1, tile_bytes // row_bytes // slots) * slots
+    by_spread = -(-rows // (2 * max(1, sms))) // slots * slots
+    tile_rows = max(slots, min(by_size, by_spread))
+    smem = tile_smem_bytes(tile_rows, cols, itemsize, direction)
+    if smem > smem_limit:
+        return None
+    return TileShape(group, tile_rows, smem)
+
+
 def smem_bytes(direction: str, cols: int, itemsize: int, pack: int = 1) -> int:
     """Dynamic shared memory of the cached block tier: the row's packs as stored (x; or y and dy)."""
     return span_packs(cols, pack) * pack * itemsize * (2 if direction == "backward" else 1)
@@ -349,13 +403,16 @@ def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int,
 def choose_tier(cols: int, pack: int, *, direction: str = "forward",
                 smem_blocks_per_sm: Mapping[int, int] | None = None,
                 thresholds: Thresholds = Thresholds(),
-                cluster: tuple[int, int, int] | None = None) -> TierChoice:
+                cluster: tuple[int, int, int] | None = None, tile: TileShape | None = None,
+                row_bytes: int = 0) -> TierChoice:
     """The tier for a row whose span (span_cols) is `cols` elements, moved `pack` at a time.
 
     smem_blocks_per_sm: resident blocks per SM of the cached block kernel at each block size with
     this row's shared memory (the occupancy query); only consulted when the warp tier does not
     apply, and None means "not asked" (treated as: does not fit).
     cluster: the cluster tier's shape here (cluster_shape), None where the GPU has no clusters.
+    tile: the tile tier's shape (tile_shape), None where the tensors are not dense; row_bytes is
+    then the row's size (cols times the item size, not the span).
     """
     if cols < 1:
         raise ValueError(f"cols must be >= 1, got {cols}")
@@ -363,6 +420,8 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
         shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)
         if shape is not None:
             return TierChoice("warp", warp=shape, pack=pack)
+    if tile is not None and takes_tile(row_bytes, thresholds):
+        return TierChoice("tile", block=TILE_BLOCK, pack=pack, group=tile.group, tile_rows=tile.tile_rows)
     one_pass = thresholds.one_pass and direction == "forward"
     shape = registers_shape(cols, pack) if direction == "forward" else None
     if shape is not None:
@@ -379,6 +438,13 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
             return TierChoice("smem", block=block, one_pass=one_pass, pack=pack)
     block = uncached_block_size(cols, pack, thresholds.uncached_packs_per_thread)
     return TierChoice("uncached", block=block, one_pass=one_pass, pack=pack)
+
+
+def takes_tile(row_bytes: int, thresholds: Thresholds) -> bool:
+    """Whether a row of `row_bytes` of a dense tensor goes to the tile tier."""
+    if not 0 < row_bytes <= thresholds.tile_max_row_bytes:
+        return False
+    return not thresholds.tile_unaligned_only or row_bytes % PACK_BYTES != 0
 
 
 def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
@@ -433,6 +499,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             return f"softmax_rows<{ctype}, {algo}, {p}, {choice.packs_per_thread}, {choice.block}>"
         if choice.tier == "cluster":
             return f"softmax_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
+        if choice.tier == "tile":
+            return f"softmax_tile<{ctype}, {algo}>"
     elif direction == "backward":
         if choice.tier == "warp":
             w = choice.warp
@@ -444,6 +512,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             return f"softmax_grad_block<{ctype}, {algo}, {p}, {_bool(choice.tier == 'smem')}>"
         if choice.tier == "cluster":
             return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
+        if choice.tier == "tile":
+            return f"softmax_grad_tile<{ctype}, {algo}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
 
 
@@ -456,6 +526,7 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
     names: list[str] = []
     wide = PACK_BYTES // ITEMSIZE[ctype]
     for algorithm in ALGORITHMS:
+        names.append(kernel_name(ctype, algorithm, direction, TierChoice("tile", pack=wide)))
         for pack in (wide, 1):
             for shape in all_warp_shapes(pack, direction):
                 names.append(kernel_name(ctype, algorithm, direction, TierChoice("warp", warp=shape, pack=pack)))

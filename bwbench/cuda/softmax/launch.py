@@ -51,7 +51,7 @@ _PLANS: dict[tuple, tuple[SoftmaxPlan, Kernel]] = {}
 """Plans and their kernels by (op, rows, cols, dtype, layout, device, options)."""
 
 
-def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, layout: tuple[int, bool], device: int,
+def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, layout: tuple[int, bool, bool], device: int,
              options: tuple) -> tuple[SoftmaxPlan, Kernel]:
     key = (op, rows, cols, dtype, layout, device, options)
     found = _PLANS.get(key)
@@ -59,9 +59,9 @@ def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, layout: tuple[in
         ctype = cpp_type(dtype)
         direction = OPERATIONS[op][0] if op in OPERATIONS else "forward"
         module = load((FORWARD_SOURCES if direction == "forward" else BACKWARD_SOURCES)[ctype])
-        pack, starts_aligned = layout
+        pack, starts_aligned, dense = layout
         chosen = plan(op, rows, cols, ctype, pack, _Queries(module, device), starts_aligned=starts_aligned,
-                      **dict(options))
+                      dense=dense, **dict(options))
         found = _PLANS[key] = (chosen, module.kernel(chosen.launch.kernel))
     return found
 
@@ -80,19 +80,20 @@ def _device(device) -> int:
 
 
 def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: bool = True,
-                starts_aligned: bool | None = None, device: int | torch.device | None = None,
-                **overrides) -> SoftmaxPlan:
+                starts_aligned: bool | None = None, dense: bool = True,
+                device: int | torch.device | None = None, **overrides) -> SoftmaxPlan:
     """The plan of `op` on a (rows, cols) tensor of `dtype` (cached). aligned: whether 16-byte packs
     are allowed (every tensor starts each row at the same offset within 16 bytes); False forces
     one element per access. starts_aligned: every row starts on a 16-byte boundary (None: as in
-    a fresh contiguous tensor, i.e. where cols is a multiple of the pack).
+    a fresh contiguous tensor, i.e. where cols is a multiple of the pack). dense: every tensor's
+    rows lie end to end (row stride = cols), as in fresh contiguous tensors.
     overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
     pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], aligned)
     if starts_aligned is None:
         starts_aligned = cols % pack == 0
-    layout = (pack, starts_aligned or pack == 1)
+    layout = (pack, starts_aligned or pack == 1, dense)
     return _planned(op, rows, cols, dtype, layout, _device(device), _options(overrides))[0]
 
 
@@ -115,8 +116,9 @@ def _result(out: torch.Tensor | None, like: torch.Tensor, what: str) -> torch.Te
     return out
 
 
-def row_layout(tensors: tuple[torch.Tensor, ...]) -> tuple[int, bool]:
-    """(elements per access, whether every row starts on a pack boundary).
+def row_layout(tensors: tuple[torch.Tensor, ...]) -> tuple[int, bool, bool]:
+    """(elements per access, whether every row starts on a pack boundary, whether every tensor's
+    rows lie end to end).
 
     The 16-byte pack where every tensor starts each row at the same offset within 16 bytes (equal
     base offsets, equal row strides modulo 16 bytes), which contiguous tensors of one shape from
@@ -125,10 +127,12 @@ def row_layout(tensors: tuple[torch.Tensor, ...]) -> tuple[int, bool]:
     itemsize = tensors[0].element_size()
     phases = {(t.data_ptr() % dispatch.PACK_BYTES,
                t.stride(0) * itemsize % dispatch.PACK_BYTES if t.shape[0] > 1 else 0) for t in tensors}
+    rows, cols = tensors[0].shape
+    dense = all(rows == 1 or t.stride(0) == cols for t in tensors)
     if len(phases) != 1:
-        return 1, True
+        return 1, True, dense
     (offset, stride), = phases
-    return dispatch.PACK_BYTES // itemsize, offset == 0 and stride == 0
+    return dispatch.PACK_BYTES // itemsize, offset == 0 and stride == 0, dense
 
 
 def _row_stride(t: torch.Tensor) -> np.int64:
@@ -140,8 +144,9 @@ class _Call:
     to its argument layout, and the row strides and sizes it passes, so that the host cost of a
     call is an allocation and an enqueue."""
 
-    def __init__(self, launch: PlannedCall, strides: tuple[int, ...], rows: int, cols: int) -> None:
-        self.launch, self.strides, self.rows, self.cols = launch, strides, rows, cols
+    def __init__(self, launch: PlannedCall, strides: tuple[int, ...], rows: int, cols: int,
+                 extra: tuple[int, ...] = ()) -> None:
+        self.launch, self.strides, self.rows, self.cols, self.extra = launch, strides, rows, cols, extra
 
     def __call__(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor | None:
         """The output of `op` on inputs of the remembered kind, enqueued; None where the fresh
@@ -152,11 +157,12 @@ class _Call:
             return None
         strides = self.strides
         if len(inputs) == 1:
-            self.launch.enqueue((inputs[0].data_ptr(), strides[0], address, strides[1], self.rows, self.cols))
+            self.launch.enqueue((inputs[0].data_ptr(), strides[0], address, strides[1], self.rows, self.cols,
+                                 *self.extra))
         else:
             y, dy = inputs
             self.launch.enqueue((y.data_ptr(), strides[0], dy.data_ptr(), strides[1], address, strides[2],
-                                 self.rows, self.cols))
+                                 self.rows, self.cols, *self.extra))
         return out
 
 
@@ -191,11 +197,12 @@ def _launch(op: str, inputs: tuple, out: torch.Tensor | None, overrides: dict, k
                               _options(overrides) if overrides else ())
     strides = tuple(int(_row_stride(t)) for t in tensors)
     args = (*[item for t, stride in zip(tensors, strides) for item in (t, np.int64(stride))],
-            np.int64(rows), np.int32(cols))
+            np.int64(rows), np.int32(cols), *chosen.launch.args)
     run(kernel, chosen.launch, args, device)
     if (key is not None and out is None and not overrides and result.data_ptr() % dispatch.PACK_BYTES == 0
             and result.is_contiguous()):
-        _CALLS[key] = _Call(PlannedCall(kernel, chosen.launch, args, device), strides, rows, cols)
+        _CALLS[key] = _Call(PlannedCall(kernel, chosen.launch, args, device), strides, rows, cols,
+                            tuple(int(a) for a in chosen.launch.args))
     return result
 
 

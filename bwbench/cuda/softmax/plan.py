@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+import numpy as np
+
 from bwbench.cuda.launch_spec import DeviceQueries, Launch, grid_blocks
 from bwbench.cuda.softmax import dispatch
 
@@ -58,9 +60,15 @@ DEFAULT_THRESHOLDS = {
     #   vs 67%), and in the backward even at one block an SM (262144: 66% vs 60%; 100003: 89% vs
     #   63%). The forward at one block an SM lost (float32 262144: 57% vs 64%), and so did a
     #   cluster against the partly cached backward (float32 32768: 93% vs 96%), so both stay.
+    #   tile tier (H100, float16, 49152 rows): backward rows of odd byte counts past the warp tier,
+    #   1023 and 1025 columns, 93% of copy against 78-79% for the shared-memory tier; at 2047
+    #   (4 KiB rows) the shared-memory tier won (100% vs 95%). Rows the warp tier holds stay there
+    #   (mixed: 31-197 columns won or lost by up to 15 points either way), and the forward keeps
+    #   its row tiers everywhere (warp or registers 84-97% against the tile's 75-83% at 1000-2047).
     "backward": dispatch.Thresholds(warp_max_cols=1024, small_group_rows=1, full_warp_rows=1, block_rule="threads",
                                     uncached_packs_per_thread=2, partial_cache_share=0.5,
-                                    cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=1),
+                                    cluster_below_smem_blocks=1, cluster_min_blocks_per_sm=1,
+                                    tile_max_row_bytes=3072),
     "online": dispatch.Thresholds(online_warp_max_cols=1024, one_pass=True, uncached_packs_per_thread=8),
 }
 
@@ -144,13 +152,14 @@ def _smem_occupancy(queries: DeviceQueries, kernel: str, smem: int) -> dict[int,
 
 def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
          thresholds: dispatch.Thresholds | None = None, tier: str | None = None, block: int | None = None,
-         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True) -> SoftmaxPlan:
+         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True, dense: bool = False) -> SoftmaxPlan:
     """The launch of `op` on (rows, cols) of storage type `ctype` moved `pack` elements at a time.
 
     starts_aligned: every row starts on a pack boundary; otherwise capacity is planned for rows
     that start mid-pack (dispatch.span_cols). thresholds, tier and block override the measured
     dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. grid_waves
-    caps the grid (None: a block per row).
+    caps the grid (None: a block per row). dense: every tensor's rows lie end to end (row stride
+    = cols), which the tile tier needs.
     """
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
@@ -181,6 +190,13 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         return dispatch.cluster_shape(span, pack, itemsize, direction, queries.smem_limit(smem_kernel()),
                                       th.cluster_min_blocks_per_sm if tier is None else 1)
 
+    def tile() -> dispatch.TileShape | None:
+        if not dense or pack == 1 or key == "online":
+            return None
+        name = dispatch.kernel_name(ctype, algorithm, direction, dispatch.TierChoice("tile", pack=pack))
+        return dispatch.tile_shape(rows, cols, itemsize, direction, th.tile_bytes, queries.sms,
+                                   queries.smem_limit(name))
+
     if key == "online":
         choice = _online_choice(span, pack, th, tier)
     elif tier is None:
@@ -188,14 +204,23 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         if dispatch.needs_occupancy(span, pack, direction, th):
             occupancy = _smem_occupancy(queries, smem_kernel(partial), smem_needed)
             shape = cluster() if th.cluster_below_smem_blocks else None
+        tiles = tile() if dispatch.takes_tile(cols * itemsize, th) else None
         choice = dispatch.choose_tier(span, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th,
-                                      cluster=shape)
+                                      cluster=shape, tile=tiles, row_bytes=cols * itemsize)
     elif tier == "cluster":
         shape = cluster()
         if shape is None:
             raise ValueError("the cluster tier needs a GPU that launches thread-block clusters (compute capability "
                              f"9.0 or later) and slices of the row span of {span} that fit its shared memory")
         choice = dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0])
+    elif tier == "tile":
+        shape = tile()
+        if shape is None:
+            raise ValueError("the tile tier needs dense tensors (row stride = cols) in 16-byte packs whose phases agree, "
+                             f"and a row per group of lanes within shared memory; got ({rows}, {cols}) "
+                             f"{'dense' if dense else 'not dense'}, {pack}-element packs")
+        choice = dispatch.TierChoice("tile", block=dispatch.TILE_BLOCK, pack=pack, group=shape.group,
+                                     tile_rows=shape.tile_rows)
     else:
         choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
@@ -207,6 +232,14 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         choice = replace(choice, partial=True)
 
     name = dispatch.kernel_name(ctype, algorithm, direction, choice)
+    if choice.tier == "tile":
+        smem = dispatch.tile_smem_bytes(choice.tile_rows, cols, itemsize, direction)
+        per_sm = queries.blocks_per_sm(name, choice.block, smem)
+        if per_sm < 1:
+            raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
+        grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
+        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier="tile",
+                                              args=(np.int32(choice.tile_rows), np.int32(choice.group))))
     if choice.tier == "cluster":
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)

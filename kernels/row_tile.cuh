@@ -1,0 +1,110 @@
+// Tiles of consecutive rows of a dense tensor, moved through shared memory in aligned 16-byte packs.
+//
+// Rows of a dense (rows, cols) tensor lie end to end, so `n` consecutive rows are one contiguous
+// run of n * cols elements. Where a row's bytes are no multiple of 16 (31 or 197 half columns,
+// say), every other row starts mid-pack and a kernel that walks rows moves their edges element by
+// element, or loads the packs two rows share twice. A tile walks the run instead: the aligned packs
+// that cover it are copied into shared memory with one 16-byte access each (cp.async: no
+// registers held, all of a tile's packs in flight), the rows are computed there at any offset,
+// and the packs are stored back the same way. Only the tile's first and last packs, which it may
+// share with the neighbouring tiles, are stored element by element.
+//
+// Every tensor of a call must start the same number of elements past a 16-byte boundary (its
+// phase; the host checks), so one Tile describes the packs of x and y (or y, dy and dx) alike.
+// Like common.cuh this header includes nothing but the project's own header.
+#pragma once
+
+#include "common.cuh"
+
+namespace bw {
+namespace tile {
+
+// The most 16-byte packs a run of n elements covers, at any phase: its shared-memory footprint.
+// The host sizes dynamic shared memory with the same formula (bwbench/cuda/softmax/dispatch.py).
+__host__ __device__ constexpr int packs_max(int n, int pack) { return (n + 2 * pack - 2) / pack; }
+
+// Elements `base` lies past the 16-byte boundary below it.
+template <typename T>
+__device__ __forceinline__ int phase_of(const T* base) {
+    return static_cast<int>((reinterpret_cast<unsigned long long>(base) % 16) / sizeof(T));
+}
+
+// Elements [first, end) of a dense tensor whose data starts `phase` elements past a pack boundary:
+// packs [pack0, pack0 + packs) counted from that boundary; the tile's first element sits `lead`
+// elements into the first pack (and into the shared-memory copy).
+template <typename T>
+struct Tile {
+    static constexpr int P = 16 / sizeof(T);
+    i64 first;
+    i64 end;
+    i64 pack0;
+    int packs;
+    int lead;
+    int phase;
+
+    __device__ __forceinline__ Tile(i64 first_, i64 end_, int phase_) : first(first_), end(end_), phase(phase_) {
+        const i64 a = first + phase, b = end + phase;
+        pack0 = a / P;
+        packs = static_cast<int>((b + P - 1) / P - pack0);
+        lead = static_cast<int>(a - pack0 * P);
+    }
+};
+
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(gmem) : "memory");
+#else
+    *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+
+// Waits for this thread's copies; a __syncthreads() after it makes every thread's visible.
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Starts copying the tile's packs of tensor `base` into `cache` (thread i copies packs i, i +
+// blockDim, ...). The first and last packs hold bytes outside the tile (the neighbours' rows, or
+// up to 15 bytes past the tensor: an aligned pack holding one of the tensor's bytes lies within
+// its allocation, which is mapped in whole pages); they are read and never used.
+template <typename T>
+__device__ __forceinline__ void load(Pack<T, 16 / sizeof(T)>* cache, const T* __restrict__ base, const Tile<T>& t) {
+    typedef Pack<T, 16 / sizeof(T)> PackT;
+    const PackT* src = reinterpret_cast<const PackT*>(base - t.phase) + t.pack0;
+    for (int k = threadIdx.x; k < t.packs; k += blockDim.x) copy16_async(&cache[k], &src[k]);
+}
+
+// Stores the tile from `cache` into tensor `base`: whole packs in one access, the elements of the
+// edge packs that belong to the tile one by one.
+template <typename T>
+__device__ __forceinline__ void store(T* __restrict__ base, const Tile<T>& t, const Pack<T, 16 / sizeof(T)>* cache) {
+    typedef Pack<T, 16 / sizeof(T)> PackT;
+    constexpr int P = Tile<T>::P;
+    PackT* dst = reinterpret_cast<PackT*>(base - t.phase) + t.pack0;
+    for (int k = threadIdx.x; k < t.packs; k += blockDim.x) {
+        const i64 e = (t.pack0 + k) * P - t.phase;  // the pack's first element in the tensor
+        if (e >= t.first && e + P <= t.end) {
+            dst[k] = cache[k];
+        } else {
+            const T* from = reinterpret_cast<const T*>(&cache[k]);
+#pragma unroll
+            for (int i = 0; i < P; ++i) {
+                if (e + i >= t.first && e + i < t.end) base[e + i] = from[i];
+            }
+        }
+    }
+}
+
+// All-reduce over the aligned groups of `width` lanes (a power of two up to 32) of a warp; every
+// lane of the warp takes part.
+template <typename Op>
+__device__ __forceinline__ float group_allreduce(float v, int width) {
+    for (int mask = width >> 1; mask > 0; mask >>= 1) v = Op()(v, __shfl_xor_sync(0xffffffffu, v, mask));
+    return v;
+}
+
+}  // namespace tile
+}  // namespace bw
