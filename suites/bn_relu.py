@@ -59,6 +59,15 @@ from bwbench.suite import Skip, Suite, Tolerance, Traffic
 
 SHAPES = [(32, 64, 112, 112), (32, 256, 56, 56), (32, 2048, 7, 7)]
 ODD = (3, 37, 9, 11)  # C not a multiple of 8, H*W odd: the unvectorized paths
+
+# `--preset models`: the small-spatial BatchNorms of ResNet-50's last two stages at batch 32 (stage
+# 3: 14x14, 256 and 1024 channels; stage 4: 7x7, 512 and 2048), where each channel's plane is 49
+# or 196 values: short runs that no 16-byte pack divides in NCHW. `--preset odd`: planes and
+# channel counts no pack divides (a prime spatial size, odd channels).
+PRESETS = {
+    "models": [{"shape": [(32, 256, 14, 14), (32, 1024, 14, 14), (32, 512, 7, 7), (32, 2048, 7, 7)]}],
+    "odd": [{"shape": [ODD, (32, 1000, 7, 7), (16, 333, 13, 13), (7, 2048, 5, 5)]}],
+}
 EPS = 1e-5
 MASK_BAND = 1e-5
 
@@ -77,6 +86,7 @@ suite = Suite(
           "layout": ["NCHW", "NHWC"]},
     dtypes=["float16", "float32"],
     quick={"shape": [ODD, (32, 256, 56, 56)]},
+    presets=PRESETS,
     x_axis="shape",
     domains={"direction": one_of("forward", "backward"), "variant": one_of("bn_relu", "bn_add_relu"),
              "shape": shape_of(positive_int, rank=4), "layout": one_of("NCHW", "NHWC")},

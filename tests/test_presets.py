@@ -55,6 +55,15 @@ def test_the_softmax_and_norm_suites_have_models_and_odd_presets(name):
     assert suite.describe()["presets"]["odd"][0]["cols"][0] == "31"
 
 
+def test_bn_relu_presets_sweep_small_spatial_shapes():
+    suite = get_suite("bn_relu")
+    models = suite.cases(preset="models")
+    assert {c.shape[2:] for c in models} == {(7, 7), (14, 14)}
+    assert {c.layout for c in models} == {"NCHW", "NHWC"} and {c.direction for c in models} == {"forward", "backward"}
+    odd = suite.cases(preset="odd")
+    assert all(c.shape[1] % 8 or (c.shape[2] * c.shape[3]) % 8 for c in odd), "no pack divides a channel or a plane"
+
+
 def test_run_with_an_unknown_preset_exits_2_before_any_gpu_work():
     result = CliRunner().invoke(app, ["run", "softmax", "--preset", "nope"])
     assert result.exit_code == 2 and "no preset 'nope'" in result.output
