@@ -290,6 +290,10 @@ def test_a_forced_tile_tier_needs_dense_packed_rows():
         plan("softmax", 7, 64, "half_t", 1, FakeDevice(), dense=True, tier="tile")
     with pytest.raises(ValueError, match="tile tier needs dense"):
         plan("softmax", 7, 65535, "float", 4, FakeDevice(), dense=True, tier="tile")
+    with pytest.raises(ValueError, match="tile tier runs 256 threads"):
+        plan("softmax", 7, 64, "half_t", 8, FakeDevice(), dense=True, tier="tile", block=512)
+    with pytest.raises(ValueError, match="tile tier runs 256 threads"):  # chosen by the dispatch
+        plan("softmax_backward", 49152, 1025, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True, block=512)
 
 
 def test_tile_packs_cover_a_run_at_every_phase():

@@ -224,6 +224,9 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     else:
         choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
+    if block is not None and choice.tier == "tile":
+        raise ValueError(f"the tile tier runs {dispatch.TILE_BLOCK} threads a block (its launch bounds); do not force "
+                         f"a block for a shape it takes (got block={block})")
     if block is not None and choice.block is not None:
         if block not in dispatch.BLOCK_SIZES:
             raise ValueError(f"block must be one of {dispatch.BLOCK_SIZES}, got {block}")
