@@ -369,7 +369,7 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
 def list_suites(
     source: Optional[str] = typer.Argument(None, help="A suite file or folder (or a comma-separated mix with names); default: every suite bwbench knows (its own, $BWBENCH_SUITES_PATH, the bwbench.suites entry points)."),
 ):
-    """List the suites, their axes, dtypes and implementations."""
+    """List the suites, their axes (and the named sweeps `run --preset` takes), dtypes and implementations."""
     from rich.table import Table
 
     from .discovery import BrokenSuite, listing
@@ -384,7 +384,10 @@ def list_suites(
             if isinstance(entry, BrokenSuite):
                 table.add_row(plain(name), f"[red]cannot load {plain(entry.where)}: {plain(entry.error)}[/]", "", "", "")
                 continue
-            axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in entry.describe()["axes"].items())
+            described = entry.describe()
+            axes = "\n".join(f"{k}: {', '.join(map(str, v))}" for k, v in described["axes"].items())
+            if described["presets"]:  # the sweeps `run --preset NAME` takes instead
+                axes += "\npresets: " + ", ".join(described["presets"])
             dtypes = ", ".join(f"[bold]{plain(d)}[/]" if d in entry.default_dtypes else plain(d) for d in entry.dtypes)
             order = {k: i for i, k in enumerate(kind_order(i.kind for i in entry.implementations.values()))}
             impls = "\n".join(f"{i.name} ({i.kind}{', baseline' if i.is_baseline else ''})"

@@ -31,6 +31,15 @@ def test_list_shows_the_softmax_suite():
     assert "softmax" in result.output and "naive" in result.output and "cudnn" in result.output
 
 
+def test_list_names_each_suites_presets(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    result = invoke("list")
+    assert result.exit_code == 0
+    lines = [line for line in result.output.splitlines() if "presets:" in line]
+    assert any("models, odd" in line for line in lines), result.output
+    assert len(lines) >= 6, "softmax, log_softmax, softmax_backward, layernorm, rmsnorm and bn_relu have presets"
+
+
 @pytest.mark.parametrize("args,message", [
     (("run", "nope"), "no suite named 'nope'; suites: "),
     (("run", "softmax,nope"), "no suite named 'nope'; suites: "),
