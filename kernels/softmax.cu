@@ -845,22 +845,19 @@ __device__ __forceinline__ const V* in_block(const V* local, int rank) {
 }
 
 // Pack k of the span into shared memory at `slot`: whole 16-byte packs by cp.async (completed by
-// copy_wait), partial ones (and all packs of P = 1) through registers with `fill` outside the row.
+// bw::tile::wait_copies), partial ones (and all packs of P = 1) through registers with `fill`
+// outside the row.
 template <typename T, int P>
 __device__ __forceinline__ void copy_pack(Pack<T, P>* slot, const T* __restrict__ row, RowSpan<P> span, int k,
                                           float fill) {
     if constexpr (P * sizeof(T) == 16) {
         if (span.whole(k)) {
-            const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(slot));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to),
-                         "l"(reinterpret_cast<const Pack<T, P>*>(row - span.lo) + k) : "memory");
+            bw::tile::copy16_async(slot, reinterpret_cast<const Pack<T, P>*>(row - span.lo) + k);
             return;
         }
     }
     *slot = span.whole(k) ? load_whole<T, P>(row, span, k) : load_partial<T, P>(row, span, k, fill);
 }
-
-__device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // This block's slice [lo, hi) of a span of `packs` packs split over C blocks.
 template <int C>
@@ -892,7 +889,7 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
 #pragma unroll 4
         for (int k = lo + tid; k < hi; k += bs) bw::smx::copy_pack<T, P>(&cache[k - lo], xr, span, k, bw::neg_inf());
-        bw::smx::copy_wait();
+        bw::tile::wait_copies();
         MD md = bw::smx::md_identity();
         for (int k = lo + tid; k < hi; k += bs) {
             float f[P];
@@ -946,7 +943,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             bw::smx::copy_pack<T, P>(&cache_y[k - lo], yr, span, k, 0.0f);
             bw::smx::copy_pack<T, P>(&cache_dy[k - lo], dyr, span, k, 0.0f);
         }
-        bw::smx::copy_wait();
+        bw::tile::wait_copies();
         float thread_sum = 0.0f;
         for (int k = lo + tid; k < hi; k += bs) {
             float fy[P], fdy[P];
