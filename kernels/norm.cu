@@ -744,25 +744,19 @@ norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
     typedef bw::Pack<T, 16 / sizeof(T)> PackT;
     PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
     const int phase = bw::tile::phase_of(x);
-    const int lane = threadIdx.x & (group - 1);
-    const int slot = threadIdx.x / group;
-    const int slots = blockDim.x / group;
+    const bw::tile::Groups g(group);
     const float fcols = static_cast<float>(cols);
-    const int tiles = (rows + tile_rows - 1) / tile_rows;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int r0 = t * tile_rows;
-        const int n = min(tile_rows, rows - r0);
-        const bw::tile::Tile<T> tile(static_cast<i64>(r0) * cols, static_cast<i64>(r0 + n) * cols, phase);
+    bw::tile::for_each_tile<T>(rows, cols, tile_rows, phase, [&](const bw::tile::Tile<T>& tile, int r0, int n) {
         bw::tile::load(cache, x, tile);
         bw::tile::wait_copies();
         __syncthreads();
         T* cached = reinterpret_cast<T*>(cache) + tile.lead;
-        for (int first = 0; first < n; first += slots) {
-            const int r = first + slot;
+        for (int first = 0; first < n; first += g.slots) {
+            const int r = first + g.slot;
             float mean, rstd;
-            normk::normalize_cached<T, kRms>(cached + static_cast<i64>(r < n ? r : 0) * cols, r < n ? cols : 0, lane,
+            normk::normalize_cached<T, kRms>(cached + static_cast<i64>(r < n ? r : 0) * cols, r < n ? cols : 0, g.lane,
                                              group, fcols, eps, gamma, beta, normk::GroupSum{group}, mean, rstd);
-            if (lane == 0 && r < n) {
+            if (g.lane == 0 && r < n) {
                 rstd_out[r0 + r] = rstd;
                 if constexpr (!kRms) mean_out[r0 + r] = mean;
             }
@@ -770,7 +764,7 @@ norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
         __syncthreads();
         bw::tile::store(y, tile, cache);
         __syncthreads();  // the next tile's copies overwrite the cache
-    }
+    });
 }
 
 // =============================================================================================

@@ -98,6 +98,28 @@ __device__ __forceinline__ void store(T* __restrict__ base, const Tile<T>& t, co
     }
 }
 
+// Calls f(tile, r0, n) for each tile of `tile_rows` consecutive rows of a dense (rows, cols)
+// tensor that this block takes (tiles grid-strided over the blocks): r0 is the tile's first row,
+// n its row count (tile_rows but in the last tile). Index: the kernel's row type.
+template <typename T, typename Index, typename F>
+__device__ __forceinline__ void for_each_tile(Index rows, int cols, int tile_rows, int phase, F f) {
+    const Index tiles = (rows + tile_rows - 1) / tile_rows;
+    for (Index t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const Index r0 = t * tile_rows;
+        const int n = static_cast<int>(min(static_cast<Index>(tile_rows), rows - r0));
+        f(Tile<T>(static_cast<i64>(r0) * cols, static_cast<i64>(r0 + n) * cols, phase), r0, n);
+    }
+}
+
+// A block's lanes in aligned groups of `width` (a power of two up to 32), one row a group.
+struct Groups {
+    int lane;   // within the group
+    int slot;   // the group's index in the block
+    int slots;  // groups in the block
+    __device__ __forceinline__ explicit Groups(int width)
+        : lane(threadIdx.x & (width - 1)), slot(threadIdx.x / width), slots(blockDim.x / width) {}
+};
+
 // All-reduce over the aligned groups of `width` lanes (a power of two up to 32) of a warp; every
 // lane of the warp takes part.
 template <typename Op>

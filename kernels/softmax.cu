@@ -845,22 +845,19 @@ __device__ __forceinline__ const V* in_block(const V* local, int rank) {
 }
 
 // Pack k of the span into shared memory at `slot`: whole 16-byte packs by cp.async (completed by
-// copy_wait), partial ones (and all packs of P = 1) through registers with `fill` outside the row.
+// bw::tile::wait_copies), partial ones (and all packs of P = 1) through registers with `fill`
+// outside the row.
 template <typename T, int P>
 __device__ __forceinline__ void copy_pack(Pack<T, P>* slot, const T* __restrict__ row, RowSpan<P> span, int k,
                                           float fill) {
     if constexpr (P * sizeof(T) == 16) {
         if (span.whole(k)) {
-            const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(slot));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to),
-                         "l"(reinterpret_cast<const Pack<T, P>*>(row - span.lo) + k) : "memory");
+            bw::tile::copy16_async(slot, reinterpret_cast<const Pack<T, P>*>(row - span.lo) + k);
             return;
         }
     }
     *slot = span.whole(k) ? load_whole<T, P>(row, span, k) : load_partial<T, P>(row, span, k, fill);
 }
-
-__device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // This block's slice [lo, hi) of a span of `packs` packs split over C blocks.
 template <int C>
@@ -892,7 +889,7 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
 #pragma unroll 4
         for (int k = lo + tid; k < hi; k += bs) bw::smx::copy_pack<T, P>(&cache[k - lo], xr, span, k, bw::neg_inf());
-        bw::smx::copy_wait();
+        bw::tile::wait_copies();
         MD md = bw::smx::md_identity();
         for (int k = lo + tid; k < hi; k += bs) {
             float f[P];
@@ -946,7 +943,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             bw::smx::copy_pack<T, P>(&cache_y[k - lo], yr, span, k, 0.0f);
             bw::smx::copy_pack<T, P>(&cache_dy[k - lo], dyr, span, k, 0.0f);
         }
-        bw::smx::copy_wait();
+        bw::tile::wait_copies();
         float thread_sum = 0.0f;
         for (int k = lo + tid; k < hi; k += bs) {
             float fy[P], fdy[P];
@@ -997,36 +994,30 @@ softmax_tile(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     extern __shared__ __align__(16) unsigned char softmax_smem[];
     PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
     const int phase = bw::tile::phase_of(x);
-    const int lane = threadIdx.x & (group - 1);
-    const int slot = threadIdx.x / group;
-    const int slots = blockDim.x / group;
-    const i64 tiles = (rows + tile_rows - 1) / tile_rows;
-    for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const i64 r0 = t * tile_rows;
-        const int n = static_cast<int>(min(static_cast<i64>(tile_rows), rows - r0));
-        const bw::tile::Tile<T> tile(r0 * cols, (r0 + n) * cols, phase);
+    const bw::tile::Groups g(group);
+    bw::tile::for_each_tile<T>(rows, cols, tile_rows, phase, [&](const bw::tile::Tile<T>& tile, i64, int n) {
         bw::tile::load(cache, x, tile);
         bw::tile::wait_copies();
         __syncthreads();
         T* cached = reinterpret_cast<T*>(cache) + tile.lead;
-        for (int first = 0; first < n; first += slots) {
-            const int r = first + slot;
+        for (int first = 0; first < n; first += g.slots) {
+            const int r = first + g.slot;
             const int stop = r < n ? cols : 0;
             T* row = cached + static_cast<i64>(r < n ? r : 0) * cols;
             float m = bw::neg_inf();
-            for (int c = lane; c < stop; c += group) m = fmaxf(m, bw::to_float(row[c]));
+            for (int c = g.lane; c < stop; c += group) m = fmaxf(m, bw::to_float(row[c]));
             m = bw::tile::group_allreduce<bw::MaxOp>(m, group);
             float s = 0.0f;
-            for (int c = lane; c < stop; c += group) s += bw::smx::fast_exp<T>(bw::to_float(row[c]) - m);
+            for (int c = g.lane; c < stop; c += group) s += bw::smx::fast_exp<T>(bw::to_float(row[c]) - m);
             s = bw::tile::group_allreduce<bw::SumOp>(s, group);
             const float k = Forward<Algo, T>::finish(s);
-            for (int c = lane; c < stop; c += group)
+            for (int c = g.lane; c < stop; c += group)
                 row[c] = bw::from_float<T>(Forward<Algo, T>::apply(bw::to_float(row[c]), m, k));
         }
         __syncthreads();
         bw::tile::store(y, tile, cache);
         __syncthreads();  // the next tile's copies overwrite the cache
-    }
+    });
 }
 
 // Backward: y and dy in two caches; dx is written over dy's copy, then stored.
@@ -1039,34 +1030,28 @@ softmax_grad_tile(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
     PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
     PackT* cache_dy = cache_y + bw::tile::packs_max(tile_rows * cols, 16 / sizeof(T));
     const int phase = bw::tile::phase_of(y);
-    const int lane = threadIdx.x & (group - 1);
-    const int slot = threadIdx.x / group;
-    const int slots = blockDim.x / group;
-    const i64 tiles = (rows + tile_rows - 1) / tile_rows;
-    for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const i64 r0 = t * tile_rows;
-        const int n = static_cast<int>(min(static_cast<i64>(tile_rows), rows - r0));
-        const bw::tile::Tile<T> tile(r0 * cols, (r0 + n) * cols, phase);
+    const bw::tile::Groups g(group);
+    bw::tile::for_each_tile<T>(rows, cols, tile_rows, phase, [&](const bw::tile::Tile<T>& tile, i64, int n) {
         bw::tile::load(cache_y, y, tile);
         bw::tile::load(cache_dy, dy, tile);
         bw::tile::wait_copies();
         __syncthreads();
         const T* ys = reinterpret_cast<const T*>(cache_y) + tile.lead;
         T* dys = reinterpret_cast<T*>(cache_dy) + tile.lead;
-        for (int first = 0; first < n; first += slots) {
-            const int r = first + slot;
+        for (int first = 0; first < n; first += g.slots) {
+            const int r = first + g.slot;
             const int stop = r < n ? cols : 0;
             const i64 at = static_cast<i64>(r < n ? r : 0) * cols;
             float s = 0.0f;
-            for (int c = lane; c < stop; c += group)
+            for (int c = g.lane; c < stop; c += group)
                 s += Backward<Algo, T>::term(bw::to_float(ys[at + c]), bw::to_float(dys[at + c]));
             s = bw::tile::group_allreduce<bw::SumOp>(s, group);
-            for (int c = lane; c < stop; c += group)
+            for (int c = g.lane; c < stop; c += group)
                 dys[at + c] = bw::from_float<T>(Backward<Algo, T>::apply(bw::to_float(ys[at + c]),
                                                                          bw::to_float(dys[at + c]), s));
         }
         __syncthreads();
         bw::tile::store(dx, tile, cache_dy);
         __syncthreads();
-    }
+    });
 }

@@ -3,7 +3,7 @@ shared memory in aligned 16-byte packs. Pure; shared by the softmax family's and
 
 from __future__ import annotations
 
-__all__ = ["BLOCK", "COLS_PER_LANE", "GROUP_WIDTHS", "group_width", "packs_max", "smem_bytes"]
+__all__ = ["BLOCK", "COLS_PER_LANE", "GROUP_WIDTHS", "group_width", "packs_max", "rows_of_size", "smem_bytes"]
 
 BLOCK = 256
 """Threads per block of the tile kernels (softmax_tile, softmax_grad_tile, norm_tile)."""
@@ -18,6 +18,13 @@ PACK_BYTES = 16
 def group_width(cols: int) -> int:
     """Lanes that share a row of `cols` elements (a power of two up to a warp)."""
     return next((g for g in GROUP_WIDTHS if g * COLS_PER_LANE >= cols), GROUP_WIDTHS[-1])
+
+
+def rows_of_size(target_bytes: int, cols: int, itemsize: int) -> int:
+    """Rows of a tile of about `target_bytes` of one tensor: whole rows, the same number for every
+    group of lanes of a block (at least one each)."""
+    slots = BLOCK // group_width(cols)
+    return max(1, target_bytes // (cols * itemsize) // slots) * slots
 
 
 def packs_max(elements: int, itemsize: int) -> int:

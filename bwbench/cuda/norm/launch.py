@@ -143,7 +143,8 @@ def _with_grid(chosen: NormPlan, module: CompiledModule, device: int, rows: int,
                            "bytes of dynamic shared memory on this device (occupancy 0)")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     grid = grid_blocks(-(-rows // chosen.rows_per_block), per_sm, sms, waves)
-    return Chosen(chosen, Launch(chosen.kernel, (grid,), (chosen.block,), chosen.smem_bytes, tier=chosen.tier), kernel)
+    return Chosen(chosen, Launch(chosen.kernel, (grid,), (chosen.block,), chosen.smem_bytes, tier=chosen.tier,
+                                 args=tuple(np.int32(a) for a in chosen.extra)), kernel)
 
 
 def launch_plan(x: torch.Tensor, rms: bool, pack: int, tier: str | None = None, block: int | None = None,
@@ -167,8 +168,8 @@ def chosen_launch(x: torch.Tensor, rms: bool, tier: str | None = None, block: in
 
 
 def arguments(step: Chosen, args: tuple) -> tuple:
-    """The kernel's arguments: the common ones, then the plan's own (the tile tier's)."""
-    return (*args, *(np.int32(a) for a in step.plan.extra))
+    """The kernel's arguments: the common ones, then the launch's own (the tile tier's)."""
+    return (*args, *step.launch.args)
 
 
 def _time_us(step: Chosen, args: tuple, device: int) -> float:

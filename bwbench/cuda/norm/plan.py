@@ -300,10 +300,9 @@ def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_li
     lanes), those that launch."""
     itemsize = ITEMSIZE[ctype]
     group = row_tile.group_width(cols)
-    slots = TILE_BLOCK // group
     plans = []
     for target in TILE_BYTES:
-        tile_rows = max(1, target // (cols * itemsize) // slots) * slots
+        tile_rows = row_tile.rows_of_size(target, cols, itemsize)
         smem = tile_smem_bytes(tile_rows, cols, itemsize)
         if smem > smem_limit or occupancy(tile_name(ctype, rms), TILE_BLOCK, smem) < 1:
             continue
@@ -312,6 +311,7 @@ def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_li
         if candidate not in plans:
             plans.append(candidate)
     return plans
+
 
 NAIVE_KERNELS = (
     *(f"naive_row_mean<{t}>" for t in STORAGE_TYPES),

@@ -372,8 +372,7 @@ def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: 
     tensor allows; None where one row per group does not fit `smem_limit`."""
     group = row_tile.group_width(cols)
     slots = TILE_BLOCK // group
-    row_bytes = cols * itemsize
-    by_size = max(1, tile_bytes // row_bytes // slots) * slots
+    by_size = row_tile.rows_of_size(tile_bytes, cols, itemsize)
     by_spread = -(-rows // (2 * max(1, sms))) // slots * slots
     tile_rows = max(slots, min(by_size, by_spread))
     smem = tile_smem_bytes(tile_rows, cols, itemsize, direction)
