@@ -187,8 +187,17 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     def cluster() -> tuple[int, int, int] | None:
         if not queries.clusters or key == "online":
             return None
-        return dispatch.cluster_shape(span, pack, itemsize, direction, queries.smem_limit(smem_kernel()),
-                                      th.cluster_min_blocks_per_sm if tier is None else 1)
+        limit = queries.smem_limit(smem_kernel())
+        min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
+        shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks)
+        if shape is not None and shape[0] > dispatch.PORTABLE_CLUSTER:
+            # A non-portable size: only where this GPU can hold such a cluster at all.
+            name = dispatch.kernel_name(ctype, algorithm, direction,
+                                        dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0]))
+            if queries.active_clusters(name, shape[0], shape[1], shape[2]) < 1:
+                shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
+                                               largest=dispatch.PORTABLE_CLUSTER)
+        return shape
 
     def tile() -> dispatch.TileShape | None:
         if not dense or pack == 1 or key == "online":
