@@ -68,6 +68,8 @@ class FakeDevice:
         self.asked.append(("clusters", kernel, cluster, threads, smem))
         if cluster > 8 and not self.large_clusters:
             return 0
+        if ("limit", kernel) not in self.asked:  # like CUDA: a kernel not yet given its shared memory
+            return 0
         return self.sms * self.blocks_per_sm(kernel, threads, smem) // cluster
 
 

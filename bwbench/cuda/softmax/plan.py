@@ -194,6 +194,7 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
             # A non-portable size: only where this GPU can hold such a cluster at all.
             name = dispatch.kernel_name(ctype, algorithm, direction,
                                         dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0]))
+            queries.smem_limit(name)  # its shared memory raised first: the query counts it
             if queries.active_clusters(name, shape[0], shape[1], shape[2]) < 1:
                 shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
                                                largest=dispatch.PORTABLE_CLUSTER)
