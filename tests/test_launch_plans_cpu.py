@@ -231,6 +231,14 @@ def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
+    # but not where sixteenths leave one block an SM: float32 y and dy of 1 MiB each
+    assert plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True)).tier == "uncached"
+    # a slice of 4097 packs (rows of 262147 starting mid-pack) would want 1024 threads, two blocks
+    # an SM; 512 keep the three its shared memory allows
+    odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False)
+    assert odd.choice.cluster == 16 and odd.block == 512
+    assert plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False,
+                block=1024).block == 1024, "a forced block stays"
     # a row whose eighths leave two blocks an SM keeps the portable size, and nothing asks about 16
     half = FakeDevice(clusters=True)
     assert plan("softmax", 1024, 262144, "half_t", 8, half).choice.cluster == 8
@@ -329,3 +337,12 @@ def test_tile_packs_cover_a_run_at_every_phase():
             covered = [(phase + n + pack - 1) // pack - phase // pack for phase in range(pack)]
             assert max(covered) == row_tile.packs_max(n, itemsize), (itemsize, n)
     assert row_tile.group_width(1) == 1 and row_tile.group_width(33) == 16 and row_tile.group_width(5000) == 32
+
+
+def test_cluster_block_size_keeps_the_most_blocks_resident():
+    from bwbench.cuda.softmax.dispatch import cluster_block_size
+
+    assert cluster_block_size(1024, {128: 3, 256: 3, 512: 3, 1024: 2}) == 512
+    assert cluster_block_size(512, {128: 3, 256: 3, 512: 3}) == 512, "no smaller block gains one: keep it"
+    assert cluster_block_size(1024, {128: 1, 256: 1, 512: 1, 1024: 1}) == 1024
+    assert cluster_block_size(256, {128: 7, 256: 7}) == 256

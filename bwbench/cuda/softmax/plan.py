@@ -257,6 +257,9 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
         queries.smem_limit(name)
+        if block is None:
+            resident = {b: queries.blocks_per_sm(name, b, smem) for b in dispatch.BLOCK_SIZES if b <= choice.block}
+            choice = replace(choice, block=dispatch.cluster_block_size(choice.block, resident))
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
