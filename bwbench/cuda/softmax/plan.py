@@ -60,6 +60,9 @@ DEFAULT_THRESHOLDS = {
     #   vs 67%), and in the backward even at one block an SM (262144: 66% vs 60%; 100003: 89% vs
     #   63%). The forward at one block an SM lost (float32 262144: 57% vs 64%), and so did a
     #   cluster against the partly cached backward (float32 32768: 93% vs 96%), so both stay.
+    #   Clusters of 16, where the GPU holds them and their slices leave two blocks an SM: float32
+    #   forward 262144 64% -> 76%, float16 backward 262144 66% -> 82%, vocabulary 256000 69% ->
+    #   82%; at one block an SM (float32 backward 262144) 55% against the uncached tier's 59%.
     #   tile tier (H100, float16, 49152 rows): backward rows of odd byte counts past the warp tier,
     #   1023 and 1025 columns, 93% of copy against 78-79% for the shared-memory tier; at 2047
     #   (4 KiB rows) the shared-memory tier won (100% vs 95%). Rows the warp tier holds stay there
