@@ -49,9 +49,10 @@ class FakeDevice:
 
     sms = 132
 
-    def __init__(self, clusters: bool = True) -> None:
+    def __init__(self, clusters: bool = True, large_clusters: bool = True) -> None:
         self.asked: list[tuple] = []
         self.clusters = clusters
+        self.large_clusters = large_clusters
 
     def smem_limit(self, kernel: str) -> int:
         self.asked.append(("limit", kernel))
@@ -61,6 +62,15 @@ class FakeDevice:
         self.asked.append(("occupancy", kernel, threads, smem))
         by_smem = (227 * 1024) // smem if smem else 32
         return max(0, min(2048 // threads, by_smem, 32))
+
+    def active_clusters(self, kernel: str, cluster: int, threads: int, smem: int) -> int:
+        """Clusters of 16 blocks only where the GPU allows them (large_clusters), like an H100."""
+        self.asked.append(("clusters", kernel, cluster, threads, smem))
+        if cluster > 8 and not self.large_clusters:
+            return 0
+        if ("limit", kernel) not in self.asked:  # like CUDA: a kernel not yet given its shared memory
+            return 0
+        return self.sms * self.blocks_per_sm(kernel, threads, smem) // cluster
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "online_softmax", "softmax_backward",
@@ -208,11 +218,31 @@ def test_a_forced_cluster_tier_needs_clusters():
 def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     from bwbench.cuda.softmax.plan import plan
 
-    # float32 rows of 262144 (1 MiB): eighths of 128 KiB leave one block an SM
-    assert plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True)).tier == "uncached"
-    assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).tier == "cluster"
-    forced = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True), tier="cluster")
+    # float32 rows of 262144 (1 MiB): eighths of 128 KiB leave one block an SM, sixteenths of
+    # 64 KiB three, where the GPU launches clusters of 16
+    sixteen = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True))
+    assert sixteen.tier == "cluster" and sixteen.choice.cluster == 16 and sixteen.smem == 64 * 1024
+    assert sixteen.grid == 1024 * 16
+    portable = FakeDevice(clusters=True, large_clusters=False)
+    assert plan("softmax", 1024, 262144, "float", 4, portable).tier == "uncached"
+    assert any(q[0] == "clusters" and q[2] == 16 for q in portable.asked), "16 is asked about before it is used"
+    forced = plan("softmax", 1024, 262144, "float", 4, portable, tier="cluster")
     assert forced.choice.cluster == 8 and forced.smem == 128 * 1024
+    # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
+    assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
+    assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
+    # but not where sixteenths leave one block an SM: float32 y and dy of 1 MiB each
+    assert plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True)).tier == "uncached"
+    # a slice of 4097 packs (rows of 262147 starting mid-pack) would want 1024 threads, two blocks
+    # an SM; 512 keep the three its shared memory allows
+    odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False)
+    assert odd.choice.cluster == 16 and odd.block == 512
+    assert plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False,
+                block=1024).block == 1024, "a forced block stays"
+    # a row whose eighths leave two blocks an SM keeps the portable size, and nothing asks about 16
+    half = FakeDevice(clusters=True)
+    assert plan("softmax", 1024, 262144, "half_t", 8, half).choice.cluster == 8
+    assert not any(q[0] == "clusters" for q in half.asked)
     # the partly cached backward keeps rows whose y and dy one block mostly holds
     partly = plan("softmax_backward", 4096, 32768, "float", 4, FakeDevice(clusters=True))
     assert partly.tier == "smem" and partly.choice.partial
@@ -307,3 +337,12 @@ def test_tile_packs_cover_a_run_at_every_phase():
             covered = [(phase + n + pack - 1) // pack - phase // pack for phase in range(pack)]
             assert max(covered) == row_tile.packs_max(n, itemsize), (itemsize, n)
     assert row_tile.group_width(1) == 1 and row_tile.group_width(33) == 16 and row_tile.group_width(5000) == 32
+
+
+def test_cluster_block_size_keeps_the_most_blocks_resident():
+    from bwbench.cuda.softmax.dispatch import cluster_block_size
+
+    assert cluster_block_size(1024, {128: 3, 256: 3, 512: 3, 1024: 2}) == 512
+    assert cluster_block_size(512, {128: 3, 256: 3, 512: 3}) == 512, "no smaller block gains one: keep it"
+    assert cluster_block_size(1024, {128: 1, 256: 1, 512: 1, 1024: 1}) == 1024
+    assert cluster_block_size(256, {128: 7, 256: 7}) == 256

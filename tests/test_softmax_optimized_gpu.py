@@ -251,7 +251,7 @@ def test_auto_dispatch_reaches_every_tier():
         # a cluster's blocks share the row where the GPU launches clusters
         clusters = torch.cuda.get_device_capability() >= (9, 0)
         assert t(8, 65535, torch.float32, op) == ("cluster" if clusters else "uncached")
-        assert t(8, 1 << 22, torch.float16, op) == "uncached", "eighths of 8 MiB fit no cluster"
+        assert t(8, 1 << 22, torch.float16, op) == "uncached", "sixteenths of 8 MiB fit no cluster"
         # The forward's registers tier: 512 packs, and rows whose cache leaves one block an SM.
         forward = "backward" not in op
         assert t(8, 4096, torch.float16, op) == ("registers" if forward else "smem")
@@ -259,11 +259,64 @@ def test_auto_dispatch_reaches_every_tier():
         assert t(8, 32768, torch.float32, op) == ("registers" if forward else "smem")  # backward: 7/8 cached
         # float16 rows of 262144 (512 KiB): eighths of 64 KiB, or of 128 KiB for y and dy
         assert t(8, 262144, torch.float16, op) == ("cluster" if clusters else "uncached")
-        # float32 (1 MiB): eighths leave one block an SM, where the forward's uncached re-read beat
-        # the cluster; the backward's eighths (256 KiB of y and dy) fit no block
-        assert t(8, 262144, torch.float32, op) == "uncached"
+        # float32 (1 MiB): eighths leave one block an SM (where the forward's uncached re-read beat
+        # the cluster) and the backward's (256 KiB of y and dy) fit no block; the forward's
+        # sixteenths leave three, on GPUs that hold clusters of 16, the backward's still one
+        sixteen = forward and _holds_sixteen(op, torch.float32)
+        assert t(8, 262144, torch.float32, op) == ("cluster" if sixteen else "uncached")
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
+
+
+def _holds_sixteen(op: str, dtype: torch.dtype) -> bool:
+    """Whether this GPU launches the cluster tier's 16-block clusters of `op` (the non-portable
+    size), with 512 threads and 64 KiB a block (float32 rows of 262144 in the forward)."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.loader import allow_all_dynamic_shared_memory, cpp_type, load, max_active_clusters
+    from bwbench.cuda.softmax import dispatch as d
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        return False
+    direction, algorithm, _ = s.OPERATIONS[op]
+    ctype = cpp_type(dtype)
+    module = load((s.FORWARD_SOURCES if direction == "forward" else s.BACKWARD_SOURCES)[ctype])
+    pack = d.pack_elements(d.ITEMSIZE[ctype], True)
+    name = d.kernel_name(ctype, algorithm, direction, d.TierChoice("cluster", block=512, pack=pack, cluster=16))
+    kernel = module.kernel(name)
+    allow_all_dynamic_shared_memory(kernel)
+    return max_active_clusters(kernel, 16, 512, 64 * 1024) > 0
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("dtype,cols", [(torch.float32, 262144), (torch.float32, 262147), (torch.float16, 262144),
+                                        (torch.bfloat16, 300007), (torch.float32, 400009)])
+def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
+    """Rows whose eighths leave one block an SM (or fit none) take clusters of 16 blocks where the
+    GPU launches them and sixteenths leave two blocks an SM: the row split in sixteen slices, odd
+    widths and rows that start mid-pack included, every element right with poisoned outputs."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.softmax.launch import row_layout
+
+    if not _holds_sixteen(op, dtype):
+        pytest.skip("this GPU launches no clusters of 16 blocks")
+    backward = "backward" in op
+    # 16-bit forward rows of 512-600 KiB keep eighths (three blocks an SM); float32 backward
+    # sixteenths of y and dy (128 KiB and more) would leave one, so those rows go uncached
+    expected = {(False, False): 8, (False, True): 16, (True, False): 16, (True, True): None}[
+        (backward, dtype == torch.float32)]
+    for rows, layout in ((3, "contiguous"), (133, "contiguous"), (5, "offset")):
+        inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        out = _poisoned_out(rows, cols, dtype, layout)
+        pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
+        plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense)
+        if expected is None:
+            assert plan.tier == "uncached", plan
+        else:
+            assert plan.tier == "cluster" and plan.choice.cluster == expected, plan
+        result = _function(op)(**laid, out=out)
+        assert result is out
+        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) {layout}")
 
 
 @pytest.mark.parametrize("op", ["softmax", "softmax_backward", "online_softmax"])
@@ -299,15 +352,22 @@ def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
         cluster = None
         if torch.cuda.get_device_capability(device) >= (9, 0) and th.cluster_below_smem_blocks:
             cluster = d.cluster_shape(span, pack, itemsize, direction, limit, th.cluster_min_blocks_per_sm)
+            if cluster is not None and cluster[0] > d.PORTABLE_CLUSTER and not _holds_sixteen(op, dtype):
+                cluster = d.cluster_shape(span, pack, itemsize, direction, limit, th.cluster_min_blocks_per_sm,
+                                          largest=d.PORTABLE_CLUSTER)
         tile_kernel = module.kernel(d.kernel_name(ctype, algorithm, direction, d.TierChoice("tile", pack=pack)))
         tile = d.tile_shape(49152, cols, itemsize, direction, th.tile_bytes,
                             torch.cuda.get_device_properties(device).multi_processor_count,
                             allow_all_dynamic_shared_memory(tile_kernel, device))
         assert plan.choice.partial == (partial and plan.tier == "smem")
-        assert replace(plan.choice, partial=False) == d.choose_tier(span, pack, direction=direction,
+        expected = d.choose_tier(span, pack, direction=direction,
                                                                     smem_blocks_per_sm=table, thresholds=th,
                                                                     cluster=cluster, tile=tile,
                                                                     row_bytes=cols * itemsize)
+        if expected.tier == "cluster":  # the plan may take a smaller block that keeps more resident
+            assert plan.block <= expected.block
+            expected = replace(expected, block=plan.block)
+        assert replace(plan.choice, partial=False) == expected
         assert plan.grid >= 1 and plan.block in (128, 256, 512, 1024)
 
 

@@ -50,6 +50,9 @@ class _Driver:
         self.launch.restype = ctypes.c_int
         self.cooperative = lib.cuLaunchCooperativeKernel
         self.cooperative.restype = ctypes.c_int
+        self.active_clusters = getattr(lib, "cuOccupancyMaxActiveClusters", None)  # CUDA 11.8 and later
+        if self.active_clusters is not None:
+            self.active_clusters.restype = ctypes.c_int
         self.error_name = lib.cuGetErrorName
         self.error_name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         self.error_name.restype = ctypes.c_int
@@ -174,3 +177,26 @@ def enqueue(function: int, grid: tuple[int, int, int], block: tuple[int, int, in
         code = d.launch(d.handle(function), *grid, *block, shared_mem, d.handle(stream), slots.addresses, None)
     if code:
         raise RuntimeError(f"cuLaunchKernel failed: {d.error_text(code)} ({code})")
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig: the launch a cluster occupancy query is about."""
+
+    _fields_ = [("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+                ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+                ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+def max_active_clusters(function: int, cluster: int, threads: int, shared_mem: int) -> int:
+    """cuOccupancyMaxActiveClusters of `function` (a CUfunction whose cluster size, `cluster`
+    blocks, is fixed at compile time) launched with `threads` threads and `shared_mem` dynamic
+    bytes a block, in the calling thread's current context: how many such clusters the GPU holds
+    at once. 0 where the driver has no such query or says the launch cannot run."""
+    d = driver()
+    if d.active_clusters is None:
+        return 0
+    config = _LaunchConfig(cluster, 1, 1, threads, 1, 1, shared_mem, None, None, 0)
+    found = ctypes.c_int(0)
+    code = d.active_clusters(ctypes.byref(found), d.handle(function), ctypes.byref(config))
+    return int(found.value) if code == 0 else 0

@@ -84,3 +84,8 @@ class DeviceQueries(Protocol):
 
     def blocks_per_sm(self, kernel: str, threads: int, smem: int) -> int:
         """Resident blocks per SM of `kernel` with `threads` threads and `smem` dynamic bytes."""
+
+    def active_clusters(self, kernel: str, cluster: int, threads: int, smem: int) -> int:
+        """Clusters of `kernel` (whose `cluster` blocks are fixed at compile time) with `threads`
+        threads and `smem` dynamic bytes a block that can be resident at once; 0 where it cannot
+        launch here. Asked only of cluster sizes above the portable 8."""

@@ -57,6 +57,7 @@ __all__ = [
     "load",
     "run",
     "max_active_blocks_per_sm",
+    "max_active_clusters",
     "allow_all_dynamic_shared_memory",
     "max_shared_memory_per_block",
     "set_max_dynamic_shared_memory",
@@ -227,6 +228,7 @@ class Kernel:
         self.raw = raw  # cupy.RawKernel
         self.module = module
         self._max_dynamic_smem: int | None = None
+        self._non_portable_clusters = False
         self._prepared: set[int] = set()
         self._functions: dict[int, int] = {}
         """CUfunction handle per device, once a launch there has set the function's attributes."""
@@ -255,6 +257,8 @@ class Kernel:
         with self._lock:
             if self._max_dynamic_smem is not None:
                 self.raw.max_dynamic_shared_size_bytes = self._max_dynamic_smem
+            if self._non_portable_clusters:
+                _import_cupy().cuda.driver.funcSetAttribute(self.raw.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
             self._prepared.add(device)
 
 
@@ -684,6 +688,37 @@ def allow_all_dynamic_shared_memory(kernel: Kernel, device: int | torch.device |
     if kernel._max_dynamic_smem != limit:
         set_max_dynamic_shared_memory(kernel, limit, device)
     return limit
+
+
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+"""CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cuda.h)."""
+
+
+def max_active_clusters(kernel: Kernel, cluster: int, block_threads: int, dynamic_smem_bytes: int = 0,
+                        device: int | torch.device | None = None) -> int:
+    """How many clusters of `kernel` (whose compile-time cluster is `cluster` blocks) fit on the GPU
+    at once with `block_threads` threads and `dynamic_smem_bytes` a block; 0 where it cannot launch.
+    A cluster above the portable 8 blocks is opted in first (the launch needs that too)."""
+    device = device_index(device)
+    if cluster > 8 and not kernel._non_portable_clusters:
+        with kernel._lock:
+            kernel._non_portable_clusters = True
+            kernel._prepared.clear()
+            kernel._occupancy.clear()
+    key = ("clusters", device, int(cluster), int(block_threads), int(dynamic_smem_bytes))
+    cached = kernel._occupancy.get(key)
+    if cached is not None:
+        return cached
+    cupy = _import_cupy()
+    with cupy.cuda.Device(device):
+        kernel._prepare(device)
+        try:
+            found = driver_launch.max_active_clusters(int(kernel.raw.kernel.ptr), int(cluster), int(block_threads),
+                                                      int(dynamic_smem_bytes))
+        except driver_launch.DriverUnavailable:
+            found = 0
+    kernel._occupancy[key] = found
+    return found
 
 
 def set_max_dynamic_shared_memory(kernel: Kernel, nbytes: int, device: int | torch.device | None = None) -> None:

@@ -88,8 +88,12 @@ ALGORITHMS = {"softmax": 0, "log_softmax": 1}
 TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster", "tile")
 TILE_BLOCK = row_tile.BLOCK
 """Threads per block of the tile tier (softmax.cu's BW_SOFTMAX_TILE_BLOCK)."""
-CLUSTER_SIZES = (2, 4, 8)
-"""Blocks per row of the cluster tier: the sizes every sm_90 GPU launches (8 is the portable limit)."""
+CLUSTER_SIZES = (2, 4, 8, 16)
+"""Blocks per row of the cluster tier. CUDA promises clusters of up to 8 blocks on every GPU that
+has them (PORTABLE_CLUSTER); 16 is a non-portable size that H100-class GPUs launch once a kernel
+opts in, and the plan takes it only where the GPU says such a cluster can be resident."""
+PORTABLE_CLUSTER = 8
+"""The largest cluster every GPU with clusters launches."""
 CLUSTER_PACKS_PER_THREAD = 8
 """The cluster tier's block size gives each thread about this many packs of its slice."""
 DIRECTIONS = ("forward", "backward")
@@ -328,18 +332,34 @@ def registers_shape(cols: int, pack: int) -> tuple[int, int] | None:
 
 
 def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limit: int,
-                  min_blocks_per_sm: int = 1) -> tuple[int, int, int] | None:
+                  min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1]) -> tuple[int, int, int] | None:
     """(blocks per row, threads, dynamic shared memory) of the cluster tier for a row span of
-    `cols`, or None where even the largest cluster's slices leave fewer than `min_blocks_per_sm`
-    blocks an SM within `smem_limit`: the smallest cluster whose slice leaves room for two blocks
-    an SM, else the smallest whose slice fits."""
-    slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in CLUSTER_SIZES}
-    fitting = [c for c in CLUSTER_SIZES if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)]
+    `cols`, or None where even the largest cluster (of at most `largest` blocks) leaves fewer than
+    `min_blocks_per_sm` blocks an SM within `smem_limit`: the smallest cluster whose slice leaves
+    room for two blocks an SM, else the smallest whose slice fits. Sixteen blocks only where their
+    slices leave two blocks an SM: at one (float32 backward rows of 262144 on an H100) re-reading
+    the row through L2 was faster (59% of copy against 55%)."""
+    sizes = [c for c in CLUSTER_SIZES if c <= largest]
+    slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
+    fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
+               and (c <= PORTABLE_CLUSTER or slice_bytes[c] <= smem_limit // 2)]
     if not fitting:
         return None
     size = next((c for c in fitting if slice_bytes[c] <= smem_limit // 2), fitting[0])
     slice_packs = -(-span_packs(cols, pack) // size)
     return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), slice_bytes[size]
+
+
+def cluster_block_size(preferred: int, resident: Mapping[int, int]) -> int:
+    """The cluster tier's block: `preferred` (about CLUSTER_PACKS_PER_THREAD packs a thread) or a
+    smaller one of BLOCK_SIZES where that keeps more of the row's blocks resident an SM
+    (`resident`: blocks an SM at each size, with the slice's shared memory), the largest of those
+    that keep the most. A slice of 4097 float32 packs (rows of 262147) wants 1024 threads, which
+    leave two blocks an SM where 512 leave three: 51% of copy against 76% for 4096 packs at 512
+    (H100, forward, clusters of 16)."""
+    sizes = [size for size in BLOCK_SIZES if size <= preferred] or [preferred]
+    most = max(resident.get(size, 0) for size in sizes)
+    return max(size for size in sizes if resident.get(size, 0) == most)
 
 
 def cluster_smem_bytes(cols: int, pack: int, itemsize: int, direction: str, size: int) -> int:

@@ -19,6 +19,7 @@ from bwbench.cuda.loader import (
     cpp_type,
     load,
     max_active_blocks_per_sm,
+    max_active_clusters,
     run,
 )
 from bwbench.cuda.softmax import dispatch
@@ -45,6 +46,9 @@ class _Queries:
 
     def blocks_per_sm(self, kernel: str, threads: int, smem: int) -> int:
         return max_active_blocks_per_sm(self.module.kernel(kernel), threads, smem, self.device)
+
+    def active_clusters(self, kernel: str, cluster: int, threads: int, smem: int) -> int:
+        return max_active_clusters(self.module.kernel(kernel), cluster, threads, smem, self.device)
 
 
 _PLANS: dict[tuple, tuple[SoftmaxPlan, Kernel]] = {}

@@ -60,6 +60,9 @@ DEFAULT_THRESHOLDS = {
     #   vs 67%), and in the backward even at one block an SM (262144: 66% vs 60%; 100003: 89% vs
     #   63%). The forward at one block an SM lost (float32 262144: 57% vs 64%), and so did a
     #   cluster against the partly cached backward (float32 32768: 93% vs 96%), so both stay.
+    #   Clusters of 16, where the GPU holds them and their slices leave two blocks an SM: float32
+    #   forward 262144 64% -> 76%, float16 backward 262144 66% -> 82%, vocabulary 256000 69% ->
+    #   82%; at one block an SM (float32 backward 262144) 55% against the uncached tier's 59%.
     #   tile tier (H100, float16, 49152 rows): backward rows of odd byte counts past the warp tier,
     #   1023 and 1025 columns, 93% of copy against 78-79% for the shared-memory tier; at 2047
     #   (4 KiB rows) the shared-memory tier won (100% vs 95%). Rows the warp tier holds stay there
@@ -187,8 +190,18 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     def cluster() -> tuple[int, int, int] | None:
         if not queries.clusters or key == "online":
             return None
-        return dispatch.cluster_shape(span, pack, itemsize, direction, queries.smem_limit(smem_kernel()),
-                                      th.cluster_min_blocks_per_sm if tier is None else 1)
+        limit = queries.smem_limit(smem_kernel())
+        min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
+        shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks)
+        if shape is not None and shape[0] > dispatch.PORTABLE_CLUSTER:
+            # A non-portable size: only where this GPU can hold such a cluster at all.
+            name = dispatch.kernel_name(ctype, algorithm, direction,
+                                        dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0]))
+            queries.smem_limit(name)  # its shared memory raised first: the query counts it
+            if queries.active_clusters(name, shape[0], shape[1], shape[2]) < 1:
+                shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
+                                               largest=dispatch.PORTABLE_CLUSTER)
+        return shape
 
     def tile() -> dispatch.TileShape | None:
         if not dense or pack == 1 or key == "online":
@@ -247,6 +260,9 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
         queries.smem_limit(name)
+        if block is None:
+            resident = {b: queries.blocks_per_sm(name, b, smem) for b in dispatch.BLOCK_SIZES if b <= choice.block}
+            choice = replace(choice, block=dispatch.cluster_block_size(choice.block, resident))
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
