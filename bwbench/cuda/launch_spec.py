@@ -67,6 +67,11 @@ class Launch:
         return math.prod(self.grid)
 
 
+PORTABLE_CLUSTER_BLOCKS = 8
+"""The largest thread-block cluster CUDA launches on every GPU that has clusters; a kernel opts in
+to larger (non-portable) ones, which only some GPUs hold."""
+
+
 class DeviceQueries(Protocol):
     """What a plan asks the GPU, passed in so that the plan stays pure (tests answer with tables).
 

@@ -36,7 +36,7 @@ import torch
 
 from bwbench.cuda import driver_launch
 from bwbench.cuda.errors import CupyUnavailable, KernelCompileError
-from bwbench.cuda.launch_spec import MAX_GRID, Launch, grid_blocks
+from bwbench.cuda.launch_spec import MAX_GRID, PORTABLE_CLUSTER_BLOCKS, Launch, grid_blocks
 from bwbench.paths import kernels_dir
 
 __all__ = [
@@ -700,7 +700,7 @@ def max_active_clusters(kernel: Kernel, cluster: int, block_threads: int, dynami
     at once with `block_threads` threads and `dynamic_smem_bytes` a block; 0 where it cannot launch.
     A cluster above the portable 8 blocks is opted in first (the launch needs that too)."""
     device = device_index(device)
-    if cluster > 8 and not kernel._non_portable_clusters:
+    if cluster > PORTABLE_CLUSTER_BLOCKS and not kernel._non_portable_clusters:
         with kernel._lock:
             kernel._non_portable_clusters = True
             kernel._prepared.clear()

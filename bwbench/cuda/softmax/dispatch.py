@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from bwbench.cuda import row_tile
+from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS
 
 __all__ = [
     "BLOCK_SIZES",
@@ -92,7 +93,7 @@ CLUSTER_SIZES = (2, 4, 8, 16)
 """Blocks per row of the cluster tier. CUDA promises clusters of up to 8 blocks on every GPU that
 has them (PORTABLE_CLUSTER); 16 is a non-portable size that H100-class GPUs launch once a kernel
 opts in, and the plan takes it only where the GPU says such a cluster can be resident."""
-PORTABLE_CLUSTER = 8
+PORTABLE_CLUSTER = PORTABLE_CLUSTER_BLOCKS
 """The largest cluster every GPU with clusters launches."""
 CLUSTER_PACKS_PER_THREAD = 8
 """The cluster tier's block size gives each thread about this many packs of its slice."""
