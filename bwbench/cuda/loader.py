@@ -633,18 +633,23 @@ def max_active_blocks_per_sm(kernel: Kernel, block_threads: int, dynamic_smem_by
                              device: int | torch.device | None = None) -> int:
     """How many blocks of `block_threads` threads fit on one SM at once (CUDA occupancy query)."""
     device = device_index(device)
-    key = (device, int(block_threads), int(dynamic_smem_bytes))
+    return _occupancy_query(kernel, device, (device, int(block_threads), int(dynamic_smem_bytes)),
+                            lambda cupy, function: int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                                function, int(block_threads), int(dynamic_smem_bytes))))
+
+
+def _occupancy_query(kernel: Kernel, device: int, key: tuple, ask) -> int:
+    """`ask(cupy, function)` of `kernel`'s CUfunction on `device` with its attributes set, asked
+    once per `key` (the answers are remembered until an attribute changes)."""
     cached = kernel._occupancy.get(key)
     if cached is not None:
         return cached
     cupy = _import_cupy()
     with cupy.cuda.Device(device):
         kernel._prepare(device)
-        function_ptr = kernel.raw.kernel.ptr
-        blocks = int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            function_ptr, int(block_threads), int(dynamic_smem_bytes)))
-    kernel._occupancy[key] = blocks
-    return blocks
+        found = ask(cupy, int(kernel.raw.kernel.ptr))
+    kernel._occupancy[key] = found
+    return found
 
 
 def grid_size(kernel: Kernel, block_threads: int, work_blocks: int, dynamic_smem_bytes: int = 0,
@@ -705,20 +710,16 @@ def max_active_clusters(kernel: Kernel, cluster: int, block_threads: int, dynami
             kernel._non_portable_clusters = True
             kernel._prepared.clear()
             kernel._occupancy.clear()
-    key = ("clusters", device, int(cluster), int(block_threads), int(dynamic_smem_bytes))
-    cached = kernel._occupancy.get(key)
-    if cached is not None:
-        return cached
-    cupy = _import_cupy()
-    with cupy.cuda.Device(device):
-        kernel._prepare(device)
+
+    def ask(cupy, function: int) -> int:
         try:
-            found = driver_launch.max_active_clusters(int(kernel.raw.kernel.ptr), int(cluster), int(block_threads),
-                                                      int(dynamic_smem_bytes))
+            return driver_launch.max_active_clusters(function, int(cluster), int(block_threads),
+                                                     int(dynamic_smem_bytes))
         except driver_launch.DriverUnavailable:
-            found = 0
-    kernel._occupancy[key] = found
-    return found
+            return 0
+
+    key = ("clusters", device, int(cluster), int(block_threads), int(dynamic_smem_bytes))
+    return _occupancy_query(kernel, device, key, ask)
 
 
 def set_max_dynamic_shared_memory(kernel: Kernel, nbytes: int, device: int | torch.device | None = None) -> None:
