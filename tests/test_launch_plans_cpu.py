@@ -346,3 +346,79 @@ def test_cluster_block_size_keeps_the_most_blocks_resident():
     assert cluster_block_size(512, {128: 3, 256: 3, 512: 3}) == 512, "no smaller block gains one: keep it"
     assert cluster_block_size(1024, {128: 1, 256: 1, 512: 1, 1024: 1}) == 1024
     assert cluster_block_size(256, {128: 7, 256: 7}) == 256
+
+
+def test_timed_alternatives_where_measurements_split():
+    from bwbench.cuda.softmax import dispatch as d
+
+    warp = d.TierChoice("warp", warp=d.warp_shape(38, 8, "backward"), pack=8)
+    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=62) == ("tile",)
+    assert d.timed_alternatives(warp, "backward", dense=False, row_bytes=62) == (), "a column slice takes no tile"
+    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=64) == (), "whole packs: the warp tier"
+    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=62) == (), "the forward tile lost everywhere"
+    smem = d.TierChoice("smem", block=1024, pack=8)
+    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
+                                clusters=True) == ("cluster",)
+    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=2,
+                                clusters=True) == ()
+    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
+                                clusters=False) == ()
+
+
+def test_plans_carry_the_alternatives_the_launcher_times():
+    from bwbench.cuda.softmax.plan import plan
+
+    odd = plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+    assert [c.tier for c in odd.candidates] == ["warp", "tile"]
+    tile = odd.alternatives[0]
+    assert len(tile.launch.args) == 2 and tile.grid >= 1, "the tile plan's own launch, extras included"
+    assert plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False,
+                dense=False).alternatives == ()
+    long = plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+    assert [c.tier for c in long.candidates] == ["smem", "cluster"]
+    assert plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(clusters=False), starts_aligned=False,
+                dense=True).alternatives == ()
+    # a forced tier or block is what runs: nothing to time
+    assert plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
+                tier="warp").alternatives == ()
+    assert plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
+                block=512).alternatives == ()
+
+
+def test_the_launcher_keeps_the_fastest_candidate(monkeypatch):
+    """_fastest times every candidate once, keeps the fastest under the plan's key, and times
+    nothing for an output that overlaps an input (torch on the CPU stands in for the tensors)."""
+    import torch
+
+    from bwbench.cuda.softmax import launch
+    from bwbench.cuda.softmax.plan import plan
+
+    chosen = plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+
+    class Module:
+        def kernel(self, name):
+            return name
+
+    class Kernel:
+        module = Module()
+
+    ran, timed = [], []
+    monkeypatch.setattr(launch, "run", lambda kernel, spec, args, device: ran.append(kernel))
+    costs = {"warp": 5.0, "tile": 3.0}
+
+    def cold(fn, device):
+        fn()
+        timed.append(ran[-1])
+        return costs["tile" if "tile" in ran[-1] else "warp"]
+
+    monkeypatch.setattr(launch, "cold_launch_us", cold)
+    monkeypatch.setattr(launch, "_TIMED", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    y, dy, dx = (torch.zeros(49152 * 31, dtype=torch.float16).view(49152, 31) for _ in range(3))
+    got, kernel = launch._fastest(chosen, Kernel(), (), (y, dy, dx), 0, ("key",))
+    assert got.tier == "tile" and "tile" in kernel and len(timed) == 2
+    again, _ = launch._fastest(chosen, Kernel(), (), (y, dy, dx), 0, ("key",))
+    assert again is got and len(timed) == 2, "timed once per key"
+    in_place, _ = launch._fastest(chosen, Kernel(), (), (y, dy, dy), 0, ("other",))
+    assert in_place is chosen and len(timed) == 2, "an output on an input is never timed"
+    assert launch._overlaps(dx[1:], (dx[:2],)) and not launch._overlaps(dx, (y, dy))

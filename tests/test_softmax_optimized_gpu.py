@@ -616,3 +616,30 @@ def test_repeated_calls_reuse_their_launch_and_stay_right(op, cols):
         torch.cuda.synchronize()
         _assert_close(result, _reference(op, inputs), op, torch.float16, f"{op} ({7}, {cols}) {layout} repeated")
         assert launch._signature(op, tuple(laid.values())) in launch._CALLS
+
+
+@pytest.mark.parametrize("op,rows,cols", [("softmax_backward", 49152, 31), ("log_softmax_backward", 1000, 197),
+                                          ("softmax", 1024, 65537), ("log_softmax", 64, 100003)])
+def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
+    """Shapes whose plan leaves a second tier to time (odd dense backward rows the warp tier holds;
+    forward rows cached at one block an SM, where the GPU has clusters): the first call times both
+    and keeps one, every call right with poisoned outputs, and later calls run the kept tier."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.softmax import which_tier
+
+    dtype = torch.float16
+    plan = s.plan_launch(op, rows, cols, dtype, dense=True)
+    if "backward" not in op and torch.cuda.get_device_capability() < (9, 0):
+        assert plan.alternatives == ()
+    else:
+        assert len(plan.candidates) == 2, plan
+    inputs = _inputs(op, rows, cols, dtype, seed=rows + cols)
+    reference = _reference(op, inputs)
+    out = _poisoned_out(rows, cols, dtype, "contiguous")
+    assert _function(op)(**inputs, out=out) is out
+    _assert_close(out, reference, op, dtype, f"{op} ({rows}, {cols}) first call")
+    kept = which_tier(next(iter(inputs.values())), op)
+    assert kept in {c.tier for c in plan.candidates}
+    again = _function(op)(**inputs)
+    _assert_close(again, reference, op, dtype, f"{op} ({rows}, {cols}) after timing")
+    assert which_tier(next(iter(inputs.values())), op) == kept

@@ -467,6 +467,25 @@ def takes_tile(row_bytes: int, thresholds: Thresholds) -> bool:
     return not thresholds.tile_unaligned_only or row_bytes % PACK_BYTES != 0
 
 
+def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
+                       smem_blocks_per_sm: int | None = None, clusters: bool = False) -> tuple[str, ...]:
+    """Tiers to time against `choice` on first use, where measurements split either way and no rule
+    of the row's bytes told the winners apart (H100, float16, % of copy, bwbench.bench):
+
+    - backward rows of a dense tensor that the warp tier holds and that no 16-byte pack divides:
+      the tile tier won at 31 columns (55 against 46) and 197 (83 against 78) and lost at 33
+      (40 against 48) and 577 (96 against 99);
+    - forward rows the cached block tier holds at one block an SM, where the GPU has clusters:
+      the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87).
+    """
+    if direction == "backward" and choice.tier == "warp" and dense and choice.pack > 1 \
+            and row_bytes % PACK_BYTES != 0:
+        return ("tile",)
+    if direction == "forward" and choice.tier == "smem" and clusters and smem_blocks_per_sm == 1:
+        return ("cluster",)
+    return ()
+
+
 def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
     """Whether choose_tier will look at the shared-memory occupancy (so the caller asks the GPU)."""
     shape = warp_shape(cols, pack, direction, thresholds.small_group_rows, thresholds.full_warp_rows)

@@ -2,7 +2,9 @@
 
 One dispatcher, five operations: `plan_launch` asks plan.py for the launch of a shape (once per
 operation, shape, dtype, pack, device and options: a repeated call only checks its tensors,
-allocates the output and enqueues), `which_tier` says which tier it chose.
+allocates the output and enqueues), `which_tier` says which tier it chose. Where the plan leaves
+alternatives (shapes whose measurements split between two tiers), the first call times them cold
+on its own arguments and keeps the fastest, as the norms' launcher does.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from bwbench.cuda.autotune import cold_launch_us
 from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
@@ -188,8 +191,46 @@ def _signature(op: str, inputs: tuple) -> tuple | None:
         return None
 
 
+_TIMED: dict[tuple, tuple[SoftmaxPlan, Kernel]] = {}
+"""The candidate the first-use timing kept, by the _planned key of its plan."""
+
+
+def _overlaps(result: torch.Tensor, inputs: tuple) -> bool:
+    """Whether `result` shares memory with an input (an in-place call, which a repeated timing
+    launch would compute on its own output)."""
+    def extent(t: torch.Tensor) -> tuple[int, int]:
+        first = t.data_ptr()
+        last = first + ((t.shape[0] - 1) * t.stride(0) + t.shape[1]) * t.element_size()
+        return first, last
+
+    lo, hi = extent(result)
+    return any(a < hi and lo < b for a, b in map(extent, inputs))
+
+
+def _fastest(chosen: SoftmaxPlan, kernel: Kernel, common: tuple, tensors: tuple, device: int,
+             key: tuple) -> tuple[SoftmaxPlan, Kernel]:
+    """The plan to run: `chosen`, or where it carries alternatives the fastest candidate, timed
+    once cold in L2 on these very arguments (every candidate computes the same output) and kept
+    under `key`. Not while a CUDA graph is being captured (nothing may synchronize then), nor for
+    an output that overlaps an input: the dispatch's first choice runs and nothing is kept."""
+    if not chosen.alternatives:
+        return chosen, kernel
+    found = _TIMED.get(key)
+    if found is not None:
+        return found
+    if torch.cuda.is_current_stream_capturing() or _overlaps(tensors[-1], tensors[:-1]):
+        return chosen, kernel
+    module = kernel.module
+    options = [(c, module.kernel(c.launch.kernel)) for c in chosen.candidates]
+    times = [cold_launch_us(lambda c=c, k=k: run(k, c.launch, (*common, *c.launch.args), device), device)
+             for c, k in options]
+    found = _TIMED[key] = options[times.index(min(times))]
+    return found
+
+
 def _launch(op: str, inputs: tuple, out: torch.Tensor | None, overrides: dict, key: tuple | None) -> torch.Tensor:
-    """Checks, plans (cached) and enqueues `op` on `inputs`; remembers the call under `key`."""
+    """Checks, plans (cached; timed on first use where the plan leaves alternatives) and enqueues
+    `op` on `inputs`; remembers the call under `key`."""
     first = inputs[0]
     rows, cols = first.shape
     result = _result(out, first, op)
@@ -197,11 +238,14 @@ def _launch(op: str, inputs: tuple, out: torch.Tensor | None, overrides: dict, k
         return result
     tensors = (*inputs, result)
     device = first.device.index
-    chosen, kernel = _planned(op, rows, cols, first.dtype, row_layout(tensors), device,
-                              _options(overrides) if overrides else ())
+    layout, options = row_layout(tensors), _options(overrides) if overrides else ()
+    chosen, kernel = _planned(op, rows, cols, first.dtype, layout, device, options)
     strides = tuple(int(_row_stride(t)) for t in tensors)
-    args = (*[item for t, stride in zip(tensors, strides) for item in (t, np.int64(stride))],
-            np.int64(rows), np.int32(cols), *chosen.launch.args)
+    common = (*[item for t, stride in zip(tensors, strides) for item in (t, np.int64(stride))],
+              np.int64(rows), np.int32(cols))
+    chosen, kernel = _fastest(chosen, kernel, common, tensors, device,
+                              (op, rows, cols, first.dtype, layout, device, options))
+    args = (*common, *chosen.launch.args)
     run(kernel, chosen.launch, args, device)
     if (key is not None and out is None and not overrides and result.data_ptr() % dispatch.PACK_BYTES == 0
             and result.is_contiguous()):
@@ -277,8 +321,12 @@ def log_softmax_backward(y: torch.Tensor, dy: torch.Tensor, *, out: torch.Tensor
 
 def which_tier(x: torch.Tensor, op: str = "softmax", **overrides) -> str:
     """The tier `op` runs for input x (for a backward op, x stands for y and dy): "warp", "smem",
-    "uncached", or for online_softmax "online_warp" / "online_block"."""
+    "uncached", ..., or for online_softmax "online_warp" / "online_block". Where the dispatch
+    leaves the choice to first-use timing, the timed tier once a call has run on such a tensor
+    (with a fresh output), the dispatch's first choice before."""
     rows, cols = _check_rows(x, "which_tier", "x")
     if rows == 0 or cols == 0:
         return "none"
-    return _planned(op, rows, cols, x.dtype, row_layout((x,)), x.device.index, _options(overrides))[0].tier
+    key = (op, rows, cols, x.dtype, row_layout((x,)), x.device.index, _options(overrides))
+    timed = _TIMED.get(key)
+    return (timed or _planned(*key))[0].tier

@@ -119,11 +119,18 @@ def load_thresholds(overrides: Mapping[str, Mapping[str, object]]) -> dict[str, 
 
 @dataclass(frozen=True)
 class SoftmaxPlan:
-    """One call's plan: the dispatcher's choice and the launch that runs it."""
+    """One call's plan: the dispatcher's choice and the launch that runs it, and the plans of other
+    tiers the launcher times against it on first use (`alternatives`; dispatch.timed_alternatives)."""
 
     op: str
     choice: dispatch.TierChoice
     launch: Launch
+    alternatives: tuple["SoftmaxPlan", ...] = ()
+
+    @property
+    def candidates(self) -> tuple["SoftmaxPlan", ...]:
+        """This plan first, then its alternatives."""
+        return (self, *self.alternatives)
 
     @property
     def tier(self) -> str:
@@ -162,8 +169,33 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     that start mid-pack (dispatch.span_cols). thresholds, tier and block override the measured
     dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. grid_waves
     caps the grid (None: a block per row). dense: every tensor's rows lie end to end (row stride
-    = cols), which the tile tier needs.
+    = cols), which the tile tier needs. Where the dispatch leaves the tier open
+    (dispatch.timed_alternatives), the plan carries the other tiers' plans for the launcher to time.
     """
+    options = dict(thresholds=thresholds, block=block, grid_waves=grid_waves, starts_aligned=starts_aligned,
+                   dense=dense)
+    first = _plan_tier(op, rows, cols, ctype, pack, queries, tier=tier, **options)
+    if tier is not None or block is not None:
+        return first
+    direction = OPERATIONS[op][0]
+    one_block = None
+    if first.tier == "smem":
+        one_block = queries.blocks_per_sm(first.kernel_name, first.block, first.smem)
+    alternatives = []
+    for other in dispatch.timed_alternatives(first.choice, direction, dense=dense,
+                                             row_bytes=cols * dispatch.ITEMSIZE[ctype],
+                                             smem_blocks_per_sm=one_block, clusters=queries.clusters):
+        try:
+            alternatives.append(_plan_tier(op, rows, cols, ctype, pack, queries, tier=other, **options))
+        except ValueError:  # that tier cannot run this shape here
+            continue
+    return replace(first, alternatives=tuple(alternatives)) if alternatives else first
+
+
+def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
+               thresholds: dispatch.Thresholds | None, tier: str | None, block: int | None,
+               grid_waves: int | None, starts_aligned: bool, dense: bool) -> SoftmaxPlan:
+    """plan's single choice: the measured dispatch's tier, or the forced one."""
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
     if rows < 1 or cols < 1:
