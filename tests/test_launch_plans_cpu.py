@@ -458,3 +458,5 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
     assert forced.tier == "warp" and forced.choice.warp == fitted.choice.warp
     with pytest.raises(ValueError, match="no fitted warp shape"):
         plan("softmax", 49152, 4096, "half_t", 8, FakeDevice(), tier="warp_fit")
+    with pytest.raises(ValueError, match=r"no fitted warp shape .*\(the backward has none\)"):
+        plan("softmax_backward", 49152, 127, "half_t", 8, FakeDevice(), tier="warp_fit")

@@ -472,8 +472,8 @@ def test_large_magnitudes_and_masked_rows(op, cols, dtype):
         overrides = _overrides(op, tier)
         try:
             y = _function(op)(x, **overrides)
-        except ValueError as exc:  # warp tier at 4097 columns, registers tier without 16-byte packs
-            assert "warp tier" in str(exc) or "registers tier" in str(exc)
+        except ValueError as exc:  # warp tiers at 4097 columns (fitted: past 384), registers tier without 16-byte packs
+            assert any(m in str(exc) for m in ("warp tier", "fitted warp shape", "registers tier")), str(exc)
             continue
         finite = torch.isfinite(ref)
         assert torch.equal(torch.isfinite(y), finite), f"{op} {tier}: non-finite pattern differs"
