@@ -81,11 +81,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // adds nothing to the max or the sum and is never stored. The partial head and tail packs are
     // read again from global memory (L1) by their owner lane at each step.
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
-    // One pack a lane (groups under a warp, and full warps up to 32 packs): every pack of the span,
-    // partial or not, is handled alike in registers, so short rows keep all lanes busy; longer
-    // rows leave their two partial packs to the owner lanes (for_each_edge), which keeps the
-    // register count of the unrolled packs.
-    constexpr bool kUniform = NP == 1;
+    // One pack a lane (groups under a warp, and full warps up to 32 packs), and groups under a
+    // warp with a few packs a lane: every pack of the span, partial or not, is loaded whole and
+    // masked and handled alike in registers, so short rows keep all lanes busy; full warps with
+    // several packs a lane leave their two partial packs to the owner lanes (for_each_edge), which
+    // keeps the register count of the unrolled packs.
+    constexpr bool kUniform = NP == 1 || G < 32;
     typedef Pack<T, P> PackT;
     typedef bw::smx::RowSpan<P> Span;
     GroupRows<G, R> walk;
@@ -135,7 +136,8 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             if constexpr (kRaw) {
 #pragma unroll
                 for (int p = 0; p < NP; ++p) {
-                    if (span[r].whole(p * G + walk.lane)) {
+                    const int pack = p * G + walk.lane;
+                    if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {  // masked: exp(-inf) = 0
                         float f[P];
                         bw::smx::unpack(raw[r][p], f);
 #pragma unroll

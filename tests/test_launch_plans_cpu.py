@@ -369,11 +369,11 @@ def test_plans_carry_the_alternatives_the_launcher_times():
     from bwbench.cuda.softmax.plan import plan
 
     odd = plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [c.tier for c in odd.candidates] == ["warp", "tile"]
+    assert [c.tier for c in odd.candidates][:2] == ["warp", "tile"]
     tile = odd.alternatives[0]
     assert len(tile.launch.args) == 2 and tile.grid >= 1, "the tile plan's own launch, extras included"
-    assert plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False,
-                dense=False).alternatives == ()
+    assert "tile" not in [c.tier for c in plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(),
+                                                starts_aligned=False, dense=False).candidates]
     long = plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
     assert [c.tier for c in long.candidates] == ["smem", "cluster"]
     assert plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(clusters=False), starts_aligned=False,
@@ -416,9 +416,47 @@ def test_the_launcher_keeps_the_fastest_candidate(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     y, dy, dx = (torch.zeros(49152 * 31, dtype=torch.float16).view(49152, 31) for _ in range(3))
     got, kernel = launch._fastest(chosen, Kernel(), (), (y, dy, dx), 0, ("key",))
-    assert got.tier == "tile" and "tile" in kernel and len(timed) == 2
+    n = len(chosen.candidates)
+    assert got.tier == "tile" and "tile" in kernel and len(timed) == n
     again, _ = launch._fastest(chosen, Kernel(), (), (y, dy, dx), 0, ("key",))
-    assert again is got and len(timed) == 2, "timed once per key"
+    assert again is got and len(timed) == n, "timed once per key"
     in_place, _ = launch._fastest(chosen, Kernel(), (), (y, dy, dy), 0, ("other",))
-    assert in_place is chosen and len(timed) == 2, "an output on an input is never timed"
+    assert in_place is chosen and len(timed) == n, "an output on an input is never timed"
     assert launch._overlaps(dx[1:], (dx[:2],)) and not launch._overlaps(dx, (y, dy))
+
+
+def test_fit_shapes_hold_odd_spans_in_fewer_lane_slots():
+    from bwbench.cuda.softmax import dispatch as d
+
+    full_warp = d.warp_shape(127 + 7, 8, "forward")  # 17 packs: a whole warp, one pack a lane
+    assert (full_warp.group, full_warp.packs_per_thread) == (32, 1)
+    fit = d.fit_shape(127 + 7, 8, "forward", full_warp)
+    assert (fit.group, fit.packs_per_thread) == (8, 3), "24 slots for 17 packs"
+    five = d.fit_shape(31 + 7, 8, "forward", d.warp_shape(38, 8, "forward"))
+    assert (five.group, five.packs_per_thread) == (2, 3), "6 slots for 5 packs, where 8 lanes left 3 idle"
+    assert d.fit_shape(32, 8, "forward", d.warp_shape(32, 8, "forward")) is None, "4 packs fill 4 lanes"
+    assert d.fit_shape(33 + 7, 1, "forward") is None, "no fitted shapes without 16-byte packs"
+    for direction in ("forward", "backward"):
+        for pack in (4, 8):
+            for shape in d.fit_shapes(pack, direction):
+                assert shape.group < 32 and shape.cols_per_thread <= d.MAX_COLS_PER_THREAD[direction]
+    assert d.fit_shapes(8, "backward") == (), "the backward has none (FIT_PACKS)"
+
+
+def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
+    from bwbench.cuda.softmax import dispatch as d
+    from bwbench.cuda.softmax.plan import plan
+
+    odd = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+    assert [(c.tier, c.choice.warp.group, c.choice.warp.packs_per_thread) for c in odd.candidates] == \
+        [("warp", 32, 1), ("warp", 8, 3)]
+    fitted = odd.alternatives[0]
+    assert fitted.launch.kernel in d.kernel_names("half_t", "forward")
+    assert fitted.grid == -(-49152 // (d.WARP_BLOCK // 8)), "four rows a warp"
+    assert plan("softmax", 49152, 128, "half_t", 8, FakeDevice()).alternatives == ()
+    forced = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, tier="warp_fit")
+    assert forced.tier == "warp" and forced.choice.warp == fitted.choice.warp
+    with pytest.raises(ValueError, match="no fitted warp shape"):
+        plan("softmax", 49152, 4096, "half_t", 8, FakeDevice(), tier="warp_fit")
+    with pytest.raises(ValueError, match=r"no fitted warp shape .*\(the backward has none\)"):
+        plan("softmax_backward", 49152, 127, "half_t", 8, FakeDevice(), tier="warp_fit")

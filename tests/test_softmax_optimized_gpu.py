@@ -34,9 +34,10 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
-FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "registers", "smem", "smem/three-pass",
-                 "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
-BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "smem", "smem/oneflow", "uncached", "cluster", "tile"]
+FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "warp_fit", "registers", "smem",
+                 "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
+BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "warp_fit", "smem", "smem/oneflow", "uncached",
+                  "cluster", "tile"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
 
 
@@ -166,6 +167,11 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
                         fn(**laid, out=out, **overrides)
                     continue
+            if overrides.get("tier") == "warp_fit":
+                if d.fit_shape(span, pack, direction) is None:
+                    with pytest.raises(ValueError, match="no fitted warp shape"):
+                        fn(**laid, out=out, **overrides)
+                    continue
             if overrides.get("tier") == "registers":
                 if d.registers_shape(span, pack) is None:
                     with pytest.raises(ValueError, match="registers tier runs"):
@@ -197,7 +203,7 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
             torch.cuda.synchronize()
             _assert_close(result, reference, op, dtype, what)
             if tier != "auto" and op != "online_softmax" and layout != "offset-input-only":
-                assert which_tier(first, op, **overrides) == overrides["tier"], what
+                assert which_tier(first, op, **overrides) == overrides["tier"].removesuffix("_fit"), what
 
 
 @pytest.mark.parametrize("cols", COLS)
@@ -466,8 +472,8 @@ def test_large_magnitudes_and_masked_rows(op, cols, dtype):
         overrides = _overrides(op, tier)
         try:
             y = _function(op)(x, **overrides)
-        except ValueError as exc:  # warp tier at 4097 columns, registers tier without 16-byte packs
-            assert "warp tier" in str(exc) or "registers tier" in str(exc)
+        except ValueError as exc:  # warp tiers at 4097 columns (fitted: past 384), registers tier without 16-byte packs
+            assert any(m in str(exc) for m in ("warp tier", "fitted warp shape", "registers tier")), str(exc)
             continue
         finite = torch.isfinite(ref)
         assert torch.equal(torch.isfinite(y), finite), f"{op} {tier}: non-finite pattern differs"
@@ -643,3 +649,28 @@ def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
     again = _function(op)(**inputs)
     _assert_close(again, reference, op, dtype, f"{op} ({rows}, {cols}) after timing")
     assert which_tier(next(iter(inputs.values())), op) == kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("cols", [31, 40, 127, 129, 197, 577])
+def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols):
+    """Groups under a warp with several packs a lane (the fitted shapes), forced: every pack loaded
+    whole and masked, rows starting mid-pack, poisoned outputs, every layout."""
+    from bwbench.cuda.softmax import dispatch as d
+    from bwbench.cuda.softmax.launch import row_layout
+
+    direction = "backward" if "backward" in op else "forward"
+    for rows in (1, 7, 130):
+        inputs = _inputs(op, rows, cols, dtype, seed=rows * 31 + cols)
+        reference = _reference(op, inputs)
+        for layout in LAYOUTS:
+            laid = {k: _layout(v, layout) for k, v in inputs.items()}
+            out = _poisoned_out(rows, cols, dtype, layout)
+            pack, starts_aligned, _ = row_layout(tuple(laid.values()) + (out,))
+            if d.fit_shape(d.span_cols(cols, pack, starts_aligned), pack, direction) is None:
+                with pytest.raises(ValueError, match="no fitted warp shape"):
+                    _function(op)(**laid, out=out, tier="warp_fit")
+                continue
+            assert _function(op)(**laid, out=out, tier="warp_fit") is out
+            _assert_close(out, reference, op, dtype, f"{op} [warp_fit] {_name(dtype)} ({rows}, {cols}) {layout}")

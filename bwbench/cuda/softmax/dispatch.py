@@ -259,6 +259,39 @@ def warp_shapes(pack: int, direction: str, small_group_rows: int = 2, full_warp_
     return small + full
 
 
+FIT_GROUPS = (2, 4, 8, 16)
+"""Group widths of the fitted warp shapes: groups under a warp with several packs a lane."""
+FIT_PACKS = {"forward": (2, 3), "backward": ()}
+"""Packs a lane of the fitted warp shapes (16-byte packs only). More packs a lane spilled in some
+instantiations (4 and 5) or took 120-128 registers (6 and 7); in the backward, which holds y and
+dy, 3 spilled and 2 fits no odd span tighter than the power-of-two groups do, so it has none."""
+
+
+def fit_shapes(pack: int, direction: str) -> tuple[WarpShape, ...]:
+    """Warp shapes of groups under a warp holding several packs a lane, one row a group: with them a
+    row of 17 packs (127 half values starting mid-pack) fits 4 lanes of 5 packs, 20 slots, where
+    the power-of-two groups of one pack a lane give it a whole warp, 32 slots, 15 lanes idle."""
+    if pack == 1:  # 16-byte packs only, not the one-element fallback of misaligned tensors
+        return ()
+    limit = MAX_COLS_PER_THREAD[direction]
+    return tuple(WarpShape(pack, n, g, 1) for g in FIT_GROUPS for n in FIT_PACKS[direction] if n * pack <= limit)
+
+
+def _slots(shape: WarpShape) -> int:
+    return shape.group * shape.packs_per_thread
+
+
+def fit_shape(cols: int, pack: int, direction: str, current: WarpShape | None = None) -> WarpShape | None:
+    """The fitted shape holding a row span of `cols` in the fewest lane slots (group x packs a lane),
+    the wider group on a tie, and in fewer than `current` has where given; None where none does."""
+    packs = span_packs(cols, pack)
+    most = _slots(current) if current is not None else 10**9
+    fitting = [w for w in fit_shapes(pack, direction) if packs <= _slots(w) < most]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda w: (_slots(w), -w.group))
+
+
 def small_group_rows_options(direction: str) -> tuple[int, ...]:
     return BACKWARD_SMALL_GROUP_ROWS if direction == "backward" else SMALL_GROUP_ROWS
 
@@ -468,7 +501,8 @@ def takes_tile(row_bytes: int, thresholds: Thresholds) -> bool:
 
 
 def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
-                       smem_blocks_per_sm: int | None = None, clusters: bool = False) -> tuple[str, ...]:
+                       smem_blocks_per_sm: int | None = None, clusters: bool = False,
+                       fits_tighter: bool = False) -> tuple[str, ...]:
     """Tiers to time against `choice` on first use, where measurements split either way and no rule
     of the row's bytes told the winners apart (H100, float16, % of copy, bwbench.bench):
 
@@ -477,10 +511,16 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
       (40 against 48) and 577 (96 against 99);
     - forward rows the cached block tier holds at one block an SM, where the GPU has clusters:
       the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87).
+
+    And "warp_fit", a fitted warp shape (fit_shape), where one holds the row in fewer lane slots
+    than the warp tier's shape (`fits_tighter`): untried against the power-of-two groups, whose
+    idle lanes are the leading suspect at 31-200 columns (39-64% of copy).
     """
-    if direction == "backward" and choice.tier == "warp" and dense and choice.pack > 1 \
-            and row_bytes % PACK_BYTES != 0:
-        return ("tile",)
+    if choice.tier == "warp":
+        fitted = ("warp_fit",) if fits_tighter else ()
+        if direction == "backward" and dense and choice.pack > 1 and row_bytes % PACK_BYTES != 0:
+            return ("tile", *fitted)
+        return fitted
     if direction == "forward" and choice.tier == "smem" and clusters and smem_blocks_per_sm == 1:
         return ("cluster",)
     return ()
@@ -567,7 +607,7 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
     for algorithm in ALGORITHMS:
         names.append(kernel_name(ctype, algorithm, direction, TierChoice("tile", pack=wide)))
         for pack in (wide, 1):
-            for shape in all_warp_shapes(pack, direction):
+            for shape in all_warp_shapes(pack, direction) + fit_shapes(pack, direction):
                 names.append(kernel_name(ctype, algorithm, direction, TierChoice("warp", warp=shape, pack=pack)))
             for tier in ("smem", "uncached"):
                 for one_pass in ((False, True) if direction == "forward" else (False,)):
