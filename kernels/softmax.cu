@@ -79,7 +79,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // faster at 2048. Other rows are held as floats that pass 2 turns into exp(x - m) (softmax) or
     // x - m (log-softmax). The registers hold the row's whole packs; the others hold -inf, which
     // adds nothing to the max or the sum and is never stored. The partial head and tail packs are
-    // read again from global memory (L1) by their owner lane at each step.
+    // loaded once, whole and masked, by their owner lane and kept in a register pack (`edge`).
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
     // One pack a lane (groups under a warp, and full warps up to 32 packs), and groups under a
     // warp with a few packs a lane: every pack of the span, partial or not, is loaded whole and
@@ -87,6 +87,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // several packs a lane leave their two partial packs to the owner lanes (for_each_edge), which
     // keeps the register count of the unrolled packs.
     constexpr bool kUniform = NP == 1 || G < 32;
+    constexpr bool kEdgeHeld = !kUniform && R == 1;
     typedef Pack<T, P> PackT;
     typedef bw::smx::RowSpan<P> Span;
     GroupRows<G, R> walk;
@@ -95,6 +96,11 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
         float buf[R][kRaw ? 1 : C];
         float row_max[R];
         Span span[R];
+        // The partial head or tail pack this lane owns (lane 0 the head, lane G - 1 the tail; one
+        // each in the full warps that have them), loaded once as one 16-byte pack and masked. Held
+        // for one row per access; with two the register pack made the unrolled loops spill, so
+        // those read their edges again element by element.
+        PackT edge[kEdgeHeld ? R : 1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const i64 row = walk.first + walk.offset + r;
@@ -123,7 +129,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             }
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float f[P];
-                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+                if constexpr (kEdgeHeld) {
+                    edge[r] = bw::smx::load_masked<T, P>(xr, span[r], k, bw::neg_inf());
+                    bw::smx::unpack(edge[r], f);
+                } else {
+                    bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+                }
 #pragma unroll
                 for (int i = 0; i < P; ++i) row_max[r] = fmaxf(row_max[r], f[i]);
             });
@@ -159,7 +170,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             const T* xr = bw::smx::row_at(x, walk.first + walk.offset + r, x_stride);
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float f[P];
-                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+                bw::smx::unpack(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
 #pragma unroll
                 for (int i = 0; i < P; ++i) row_sum[r] += bw::smx::fast_exp<T>(f[i] - row_max[r]);
             });
@@ -197,7 +208,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             const T* xr = bw::smx::row_at(x, row, x_stride);
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
                 float f[P];
-                bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
+                bw::smx::unpack(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
 #pragma unroll
                 for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max[r], k);
                 bw::smx::store_partial<T, P>(yr, span[r], e, bw::smx::pack_from<T, P>(f));
