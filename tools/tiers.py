@@ -1,0 +1,159 @@
+"""Every tier of the softmax family forced at a shape, beside the automatic choice: checked, then timed.
+
+Usage: python tools/tiers.py OP --rows R --cols C1,C2 [--dtype float16,float32] [--tiers warp,cluster]
+
+OP is softmax, log_softmax or softmax_backward. For each shape and dtype it runs the dispatcher's
+own choice ("auto") and then each tier forced (`tier=` of bwbench.cuda.softmax), on the same
+random inputs. A tier that cannot run the shape says why; a result outside the suite's tolerance
+of a float64 reference is reported wrong and not timed. The others are timed with `bwbench.bench`,
+cold in L2 as `bwbench run` times, against a copy of the same bytes measured in the same call, and
+printed as a markdown table (% of that copy, GB/s, median µs). This is how the dispatch's rules
+are measured: docs/softmax.md's forced-tier tables come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+OPS = {
+    # op: (suite whose tolerance checks it, reads+writes in tensors of the input's size, tiers)
+    "softmax": ("softmax", 2, ("warp", "registers", "smem", "uncached", "cluster", "tile")),
+    "log_softmax": ("log_softmax", 2, ("warp", "registers", "smem", "uncached", "cluster", "tile")),
+    "softmax_backward": ("softmax_backward", 3, ("warp", "smem", "uncached", "cluster", "tile")),
+}
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to measure: checked before any GPU work."""
+
+    op: str
+    rows: int
+    cols: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    tiers: tuple[str, ...]
+    max_time: float
+
+
+def _positive_ints(text: str, name: str) -> tuple[int, ...]:
+    values = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item.isdigit() or int(item) < 1:
+            raise ValueError(f"--{name} takes positive integers separated by commas, got {item!r}")
+        values.append(int(item))
+    return tuple(values)
+
+
+def _names(text: str | None, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
+    if text is None:
+        return allowed
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [c for c in chosen if c not in allowed]
+    if unknown or not chosen:
+        raise ValueError(f"--{name} takes {', '.join(allowed)}; got {text!r}")
+    return chosen
+
+
+def parse(argv: list[str] | None) -> Request:
+    """The request, or ValueError with a one-line reason."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("op", help=f"one of {', '.join(OPS)}")
+    parser.add_argument("--rows", required=True, help="rows of the input")
+    parser.add_argument("--cols", required=True, help="columns, comma-separated")
+    parser.add_argument("--dtype", help=f"comma-separated, of {', '.join(DTYPES)} (default float16)")
+    parser.add_argument("--tiers", help="only these forced tiers, comma-separated (default: all of the op's)")
+    parser.add_argument("--max-time", type=float, default=0.3, help="seconds of sampling per measurement")
+    args = parser.parse_args(argv)
+    if args.op not in OPS:
+        raise ValueError(f"OP must be one of {', '.join(OPS)}, got {args.op!r}")
+    rows = _positive_ints(args.rows, "rows")
+    if len(rows) != 1:
+        raise ValueError(f"--rows takes one number, got {args.rows!r}")
+    if not args.max_time > 0:
+        raise ValueError(f"--max-time must be positive, got {args.max_time}")
+    return Request(op=args.op, rows=rows[0], cols=_positive_ints(args.cols, "cols"),
+                   dtypes=_names(args.dtype or "float16", DTYPES, "dtype"),
+                   tiers=_names(args.tiers, OPS[args.op][2], "tiers"), max_time=args.max_time)
+
+
+def measure(request: Request) -> list[list[str]]:
+    """One row per (cols, dtype, tier): the tier that ran, % of copy, GB/s, median µs, max error."""
+    import torch
+
+    import bwbench
+    from bwbench.cuda import softmax as kernels
+    from bwbench.discovery import get_suite
+
+    suite_name, tensors, _ = OPS[request.op]
+    function = getattr(kernels, request.op)
+    rows_out = []
+    for cols in request.cols:
+        for dtype_name in request.dtypes:
+            dtype = getattr(torch, dtype_name)
+            gen = torch.Generator(device="cuda").manual_seed(cols)
+            x = torch.randn(request.rows, cols, generator=gen, device="cuda")
+            if request.op == "softmax_backward":
+                y = torch.softmax(x, -1).to(dtype)
+                dy = torch.randn(request.rows, cols, generator=gen, device="cuda").to(dtype)
+                args = (y, dy)
+                reference = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
+            else:
+                args = (x.to(dtype),)
+                ref_fn = torch.softmax if request.op == "softmax" else torch.log_softmax
+                reference = ref_fn(args[0].double(), -1)
+            tolerance = get_suite(suite_name).tolerance(dtype_name)
+            if isinstance(tolerance, tuple):  # one per output: these ops have one
+                tolerance = tolerance[0]
+            nbytes = tensors * x.numel() * args[0].element_size()
+            for tier in ("auto", *request.tiers):
+                options = {} if tier == "auto" else {"tier": tier}
+                label = [str(request.rows), str(cols), dtype_name, tier]
+                try:
+                    ran = kernels.which_tier(args[0], request.op, **options)
+                    out = function(*args, **options)
+                except ValueError as err:  # the tier cannot run this shape here
+                    rows_out.append(label + ["–", "–", "–", "–", f"cannot run: {err}"])
+                    continue
+                error = (out.double() - reference).abs()
+                wrong = not torch.allclose(out.double(), reference, rtol=tolerance.rtol, atol=tolerance.atol)
+                if wrong:
+                    rows_out.append(label + [ran, "–", "–", "–", f"WRONG (max error {error.max().item():.2e})"])
+                    continue
+                result = bwbench.bench(lambda: function(*args, **options), bytes=nbytes, max_time=request.max_time)
+                rows_out.append(label + [ran, f"{result.pct_copy:.1f}", f"{result.gbps:,.0f}",
+                                         f"{result.median_us:,.1f}", f"{error.max().item():.1e}"])
+            del x, args, reference
+            torch.cuda.empty_cache()
+    return rows_out
+
+
+HEADER = ["rows", "cols", "dtype", "forced", "ran as", "% of copy", "GB/s", "µs", "max error"]
+
+
+def markdown(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        request = parse(argv)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU is available (torch.cuda.is_available() is False); this tool times kernels",
+              file=sys.stderr)
+        return 2
+    print(markdown(measure(request)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
