@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 OPS = {
     # op: (suite whose tolerance checks it, reads+writes in tensors of the input's size, tiers)
-    "softmax": ("softmax", 2, ("warp", "registers", "smem", "uncached", "cluster", "tile")),
-    "log_softmax": ("log_softmax", 2, ("warp", "registers", "smem", "uncached", "cluster", "tile")),
+    "softmax": ("softmax", 2, ("warp", "warp_fit", "registers", "smem", "uncached", "cluster", "tile")),
+    "log_softmax": ("log_softmax", 2, ("warp", "warp_fit", "registers", "smem", "uncached", "cluster", "tile")),
     "softmax_backward": ("softmax_backward", 3, ("warp", "smem", "uncached", "cluster", "tile")),
 }
 DTYPES = ("float16", "bfloat16", "float32")
