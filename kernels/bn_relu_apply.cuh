@@ -10,10 +10,12 @@ namespace bnr {
 // ---------------------------------------------------------------------------------------------
 // Elementwise passes over the flat tensor in memory order. A warp owns chunks of 32 * V
 // consecutive elements (lane l the V at chunk + l * V), so the forward's mask words are built with
-// bitmask.cuh's group OR exactly as the ReLU kernel builds them. Vec: 16-byte accesses, and each
-// pack lies in one channel (NCHW, HW % V == 0) or covers V consecutive channels (NHWC, C % V ==
-// 0); otherwise every element finds its own channel. Per-channel coefficients are kept in
-// registers while a thread's channel does not change (NHWC grids are sized so that it never does).
+// bitmask.cuh's group OR exactly as the ReLU kernel builds them. Vec: 16-byte accesses. NHWC takes
+// them with C % V == 0, each pack covering V consecutive channels; NCHW at any H*W, a pack in one
+// plane using its channel's coefficients and a pack that runs into the next plane (H*W % V != 0)
+// finding each element's channel (pack_channel_run). Without Vec every element finds its own
+// channel. Per-channel coefficients are kept in registers while a thread's channel does not change
+// (NHWC grids are sized so that it never does).
 // Register caps: 64 for the forward (4 blocks of 256 threads per SM), 85 for the backward (3 blocks:
 // its NHWC float16 coefficients alone take 32 registers, and 64 spills on sm_80).
 // ---------------------------------------------------------------------------------------------
@@ -62,6 +64,21 @@ __device__ __forceinline__ int channel_of(int i, int C, int HW) {
     return kNhwc ? i % C : (i / HW) % C;
 }
 
+// The channel of a 16-byte pack's first element, and whether the whole pack shares one channel's
+// coefficients (coefficient k of an NHWC pack is channel c0 + k; an NCHW pack is one channel unless
+// it runs past its plane's end, which happens only where H*W % V != 0).
+template <bool kNhwc, int V>
+__device__ __forceinline__ bool pack_channel_run(int first, int C, int HW, int& c0) {
+    if constexpr (kNhwc) {
+        c0 = first % C;
+        return true;
+    } else {
+        const int plane = first / HW;
+        c0 = plane % C;
+        return first - plane * HW + V <= HW;
+    }
+}
+
 // Per-channel constants of the forward: y = fma(x - m, a, b) with a = invstd * gamma.
 struct FwdCoef {
     float m, a, b;
@@ -95,8 +112,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_apply(const T* __restrict__
         if constexpr (kResidual) load_pack_once<T, V, Vec>(z, first, n, zv);
         float out[V];
         unsigned b = 0;
-        if (Vec && full) {
-            const int c0 = channel_of<kNhwc>(first, C, HW);
+        int c0 = 0;
+        if (Vec && full && pack_channel_run<kNhwc, V>(first, C, HW, c0)) {
             if (c0 != cached) {
 #pragma unroll
                 for (int k = 0; k < NC; ++k) coef[k].load(c0 + k, mean, invstd, gamma, beta);
@@ -181,8 +198,8 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
             for (int k = 0; k < V; ++k) bits |= (first + k < n ? mask_bit(mask, first + k) : 0u) << k;
         }
         T dxv[V], dzv[V];
-        if (Vec && full) {
-            const int c0 = channel_of<kNhwc>(first, C, HW);
+        int c0 = 0;
+        if (Vec && full && pack_channel_run<kNhwc, V>(first, C, HW, c0)) {
             if (c0 != cached) {
 #pragma unroll
                 for (int k = 0; k < NC; ++k) coef[k].load(c0 + k, mean, invstd, gamma, dgamma, dbeta, inv_m);

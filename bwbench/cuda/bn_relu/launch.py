@@ -46,7 +46,9 @@ from bwbench.cuda.bn_relu.plan import (
     finalize_grid,
     fused_grid,
     fused_nhwc_scratch_bytes,
+    group_grid,
     one_launch_by_default,
+    plane_group,
     reduction_grid,
     walk_from_end,
     walk_step,
@@ -297,20 +299,43 @@ def forward_x_read_bytes(shape, dtype: torch.dtype, layout: str, residual: bool 
     return once + plan.elements_read_again(n * h * w) * c * itemsize
 
 
-def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
-    """(storage type, pack, vectorized?) for x and the tensors that move with it."""
+@dataclass(frozen=True)
+class Access:
+    """How the kernels of one call touch x and the tensors that move with it."""
+
+    ctype: str  # storage type
+    pack: int  # elements of a 16-byte pack
+    vec: bool  # packs that each lie in one channel's walk (the reductions and the one-launch path)
+    aligned: bool  # every tensor 16-byte aligned: the elementwise passes take packs (NCHW at any H*W)
+
+    def apply_vec(self, layout: str) -> bool:
+        return self.aligned if layout == "NCHW" else self.vec
+
+
+def _plan(x: torch.Tensor, layout: str, *others) -> Access:
     ctype = cpp_type(x.dtype)
     pack = _TYPES[ctype]
     _, c, h, w = x.shape
     fits = (h * w) % pack == 0 if layout == "NCHW" else c % pack == 0
-    return ctype, pack, fits and _aligned(x, *others)
+    aligned = _aligned(x, *others)
+    return Access(ctype, pack, fits and aligned, aligned)
 
 
-def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x: torch.Tensor, leading: tuple,
+def _reduce(module, kind: str, access: Access, layout: str, x: torch.Tensor, leading: tuple,
             ws_arrays: int) -> tuple[torch.Tensor, int]:
-    """Launch a per-channel reduction kernel; returns its workspace and S."""
+    """Launch a per-channel reduction kernel (the group reduction for NCHW planes that take no
+    whole packs, where it applies); returns its workspace and S."""
     n, c, h, w = x.shape
     hw = h * w
+    ctype, pack, vec = access.ctype, access.pack, access.vec
+    group = plane_group(c, hw, pack) if layout == "NCHW" and access.aligned else None
+    if group is not None:
+        name = f"bnr::{kind}_nchw_groups<{ctype}>"
+        gx, gy = group_grid(n, c, group, _wave(module.kernel(name), device_index(x)))
+        ws = torch.empty(ws_arrays * gy * c, dtype=torch.float32, device=x.device)
+        _enqueue(module, name, (gx, gy), (*leading, ws, np.int32(n), np.int32(c), np.int32(hw), np.int32(group)),
+                 x.device.index)
+        return ws, gy
     v = pack if vec else 1
     name = f"bnr::{kind}_{layout.lower()}<{ctype}, {v}, {'true' if vec else 'false'}>"
     kernel = module.kernel(name)
@@ -359,18 +384,20 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     mask = words.view(torch.uint8)[:packed_bytes(numel)]
     module = load(SOURCE)
     device = x.device.index
-    ctype, pack, vec = _plan(x, layout, z, y)
+    access = _plan(x, layout, z, y)
+    ctype, pack, vec = access.ctype, access.pack, access.vec
     b = lambda v: "true" if v else "false"  # noqa: E731
     if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
                    vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words), cache_x=True):
         return y, mask, mean, invstd
-    ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
+    ws, splits = _reduce(module, "bn_stats", access, layout, x, (x,), 3)
     warps, grid = finalize_grid(c, splits)
     _enqueue(module, f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>", grid,
              (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean, invstd,
               np.int32(c)), device)
-    apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
-    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
+    apply_vec = access.apply_vec(layout)
+    apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, {b(z is not None)}>")
+    blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
     _enqueue(module, apply.name, blocks, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c),
                                          np.int32(h * w), np.int32(walk_from_end(x.numel() * x.element_size()))),
              device)
@@ -401,19 +428,21 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     dbeta = torch.empty(c, dtype=torch.float32, device=x.device)
     module = load(SOURCE)
     device = x.device.index
-    ctype, pack, vec = _plan(x, layout, dy, dx, dz)
+    access = _plan(x, layout, dy, dx, dz)
+    ctype, pack, vec = access.ctype, access.pack, access.vec
     mask_bytes = np.int32(mask.numel())
     b = lambda v: "true" if v else "false"  # noqa: E731
     inv_m = np.float32(1.0 / (numel // c))
     if _one_launch(module, f"bnr::bn_relu_backward_fused_{layout.lower()}<{ctype}, {b(residual)}>", x, layout,
                    pack, vec, fused, 2, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
         return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
-    ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
+    ws, splits = _reduce(module, "bn_grad", access, layout, x, (dy, mask, mask_bytes, x, mean), 2)
     warps, grid = finalize_grid(c, splits)
     _enqueue(module, f"bnr::bn_grad_finalize<{b(warps)}>", grid,
              (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)), device)
-    apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
-    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
+    apply_vec = access.apply_vec(layout)
+    apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, {b(residual)}>")
+    blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
     _enqueue(module, apply.name, blocks, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz,
                                          np.int32(numel), np.int32(c), np.int32(h * w), inv_m,
                                          np.int32(walk_from_end(x.numel() * x.element_size()))), device)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "one_launch_by_default",
-           "reduction_grid", "walk_step"]
+__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "group_grid",
+           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
 BLOCK = 256  # bnr::kBlock
@@ -31,6 +31,7 @@ def _reduction_names(ctype: str, v: int) -> list[str]:
 
 KERNELS = (
     *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
+    *(f"bnr::{k}_nchw_groups<{t}>" for k in ("bn_stats", "bn_grad") for t in _TYPES),
     *(f"bnr::bn_stats_finalize<{t}, {w}>" for t in _TYPES for w in _B),
     *(f"bnr::bn_grad_finalize<{w}>" for w in _B),
     *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
@@ -58,6 +59,31 @@ def reduction_grid(layout: str, n: int, c: int, hw: int, pack: int, wave: int) -
     rows = n * hw
     splits = max(1, min(wave // tiles, -(-rows // (BLOCK // tx * 4))))
     return (tiles, splits), tx
+
+
+def plane_group(c: int, hw: int, pack: int) -> int | None:
+    """Channels a block of the NCHW group reduction (bnr::bn_*_nchw_groups) owns, or None where the
+    per-channel walk is used instead.
+
+    The group path is for planes no 16-byte pack divides (hw % pack != 0: 7x7, 14x14, any odd
+    plane), where the per-channel walk takes one element an access. A group's planes, side by side
+    in each image, must be whole packs from a pack boundary: groups are multiples of
+    `pack // gcd(hw, pack)` channels, and C a multiple of that too (so the last, shorter group ends
+    on one). A group's span is at most one pack a thread of the block; planes too large for even
+    one unit of channels keep the per-channel walk."""
+    if hw % pack == 0:
+        return None
+    unit = pack // math.gcd(hw, pack)
+    per_block = BLOCK * pack // hw // unit * unit
+    if c % unit or per_block == 0:
+        return None
+    return min(per_block, c)
+
+
+def group_grid(n: int, c: int, group: int, wave: int) -> tuple[int, int]:
+    """(groups, S) of the group reduction: S splits of the n images fill one wave (never past it)."""
+    groups = -(-c // group)
+    return groups, max(1, min(n, wave // groups))
 
 
 FROM_END_MIN_BYTES = 16 << 20
