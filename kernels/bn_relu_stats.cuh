@@ -479,9 +479,10 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 // finalize kernels and the elementwise passes are shared.
 // ---------------------------------------------------------------------------------------------
 
-// Loads in flight per thread in the group walks (packs of x; of dy and x in the backward).
+// Loads in flight per thread in the group walks (raw packs of x; of dy and x in the backward),
+// issued together, the last round's past the split's images predicated off.
 constexpr int kGroupStatsLoads = 4;
-constexpr int kGroupGradLoads = 2;
+constexpr int kGroupGradLoads = 4;
 
 // The block's channels and where their span lies: pack p of image n is pack n * image_packs + first_pack + p.
 struct GroupSpan {
@@ -537,7 +538,7 @@ __device__ __forceinline__ void group_channel_sums(const float (&a)[V], const fl
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kBlock) bn_stats_nchw_groups(const T* __restrict__ x, float* __restrict__ ws,
+__global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __restrict__ x, float* __restrict__ ws,
                                                                int N, int C, int HW, int group) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int U = kGroupStatsLoads;
@@ -560,19 +561,22 @@ __global__ void __launch_bounds__(kBlock) bn_stats_nchw_groups(const T* __restri
         }
     };
     if (active) {
+        using P = bw::Pack<T, V>;
         const int step = S * g.image_packs;
-        int p = s * g.image_packs + g.first_pack + t, n = s;
-        for (; n + (U - 1) * S < N; n += U * S, p += U * step) {
-            float f[U][V];
+        for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
+            P raw[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) load_floats<T, V, true>(x, (p + u * step) * V, f[u]);
+            for (int u = 0; u < U; ++u)
+                if (n + u * S < N) raw[u] = *reinterpret_cast<const P*>(x + (p + u * step) * V);
 #pragma unroll
-            for (int u = 0; u < U; ++u) add(f[u]);
-        }
-        for (; n < N; n += S, p += step) {
-            float f0[V];
-            load_floats<T, V, true>(x, p * V, f0);
-            add(f0);
+            for (int u = 0; u < U; ++u) {
+                if (n + u * S < N) {
+                    float f[V];
+#pragma unroll
+                    for (int k = 0; k < V; ++k) f[k] = bw::to_float(raw[u].v[k]);
+                    add(f);
+                }
+            }
         }
     }
     const float count = static_cast<float>(split_images(N, s, S) * HW);
@@ -606,19 +610,32 @@ __global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restric
         }
     };
     if (active) {
+        using P = bw::Pack<T, V>;
         const int step = S * g.image_packs;
-        int p = s * g.image_packs + g.first_pack + t, n = s;
-        for (; n + (U - 1) * S < N; n += U * S, p += U * step) {
-            float gr[U][V], f[U][V];
+        for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
+            P graw[U], xraw[U];
+            unsigned bits[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u) load_masked_grad<T, V, true>(dy, mask, mask_bytes, x, (p + u * step) * V, gr[u], f[u]);
+            for (int u = 0; u < U; ++u) {
+                if (n + u * S < N) {
+                    const int off = (p + u * step) * V;
+                    graw[u] = *reinterpret_cast<const P*>(dy + off);
+                    xraw[u] = *reinterpret_cast<const P*>(x + off);
+                    bits[u] = bw::read_bits<V>(mask, mask_bytes, off);
+                }
+            }
 #pragma unroll
-            for (int u = 0; u < U; ++u) add(gr[u], f[u]);
-        }
-        for (; n < N; n += S, p += step) {
-            float g0[V], f0[V];
-            load_masked_grad<T, V, true>(dy, mask, mask_bytes, x, p * V, g0, f0);
-            add(g0, f0);
+            for (int u = 0; u < U; ++u) {
+                if (n + u * S < N) {
+                    float gr[V], f[V];
+#pragma unroll
+                    for (int k = 0; k < V; ++k) {
+                        gr[k] = (bits[u] >> k) & 1u ? bw::to_float(graw[u].v[k]) : 0.0f;
+                        f[k] = bw::to_float(xraw[u].v[k]);
+                    }
+                    add(gr, f);
+                }
+            }
         }
     }
     group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {

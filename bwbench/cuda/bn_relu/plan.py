@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "group_grid",
+__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "fused_group_plan",
+           "group_fused_kernels", "group_grid",
            "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -29,6 +30,20 @@ def _reduction_names(ctype: str, v: int) -> list[str]:
     return out
 
 
+GROUP_IMAGES = {("forward", False): (4, 8), ("forward", True): (4,), ("backward", False): (4,),
+                ("backward", True): (4,)}
+"""(direction, residual) -> the images a thread holds in registers in each instance of the one-launch
+group kernels (template argument R); more take more registers (fewer blocks an SM)."""
+
+_GROUP_KERNEL = {"forward": "bn_relu_fused_nchw_groups", "backward": "bn_relu_backward_fused_nchw_groups"}
+
+
+def group_fused_kernels(direction: str, ctype: str, residual: bool) -> dict[int, str]:
+    """R -> the name of the one-launch group kernel holding R images a thread."""
+    return {r: f"bnr::{_GROUP_KERNEL[direction]}<{ctype}, {str(residual).lower()}, {r}>"
+            for r in GROUP_IMAGES[(direction, residual)]}
+
+
 KERNELS = (
     *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
     *(f"bnr::{k}_nchw_groups<{t}>" for k in ("bn_stats", "bn_grad") for t in _TYPES),
@@ -39,6 +54,9 @@ KERNELS = (
     *(f"bnr::{k}_{layout}<{t}, {res}>" for k in ("bn_relu_fused", "bn_relu_backward_fused")
       for layout in ("nchw", "nhwc") for t in _TYPES for res in _B),
     *(f"bnr::bn_relu_fused_nhwc<{t}, {res}, true>" for t in _TYPES for res in _B),
+    *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
+      for name in (f"bnr::{_GROUP_KERNEL[direction]}<{t}, {str(res).lower()}, {r}>" for r in
+                   GROUP_IMAGES[(direction, res)])),
 )
 """Every kernel of kernels/bn_relu.cu the launcher names."""
 
@@ -78,6 +96,30 @@ def plane_group(c: int, hw: int, pack: int) -> int | None:
     if c % unit or per_block == 0:
         return None
     return min(per_block, c)
+
+
+def fused_group_plan(n: int, c: int, hw: int, pack: int, waves: dict[int, int]) -> tuple[int, int, int, int] | None:
+    """(group, groups, S, R) of the one-launch group kernels, or None where they do not apply.
+
+    `waves`: R -> blocks of that instance resident on the GPU at once. A block must own the mask
+    words of its span in every image (group * hw and c * hw multiples of 32: groups of
+    `32 // gcd(hw, 32)` channels), a pack may span at most two planes (hw >= pack), the span at
+    most one pack a thread, and the grid of groups x S must be resident at once with at most R
+    images a thread. Takes the instance of fewest images a thread that fits, S as large as it
+    allows."""
+    if hw % pack == 0 or hw < pack:
+        return None
+    unit = 32 // math.gcd(hw, 32)
+    per_block = BLOCK * pack // hw // unit * unit
+    if c % unit or per_block == 0:
+        return None
+    group = min(per_block, c)
+    groups = -(-c // group)
+    for r in sorted(waves):
+        splits = min(n, waves[r] // groups)
+        if splits >= 1 and -(-n // splits) <= r:
+            return group, groups, splits, r
+    return None
 
 
 def group_grid(n: int, c: int, group: int, wave: int) -> tuple[int, int]:
