@@ -385,4 +385,228 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
     backward_walk<T, kResidual, V>((rows - 1 - first_row) / row_step, offset_of, dy, mask, mask_bytes, x, coef, dx, dz);
 }
 
+// ---------------------------------------------------------------------------------------------
+// One launch for the group reduction's shapes (NCHW planes no pack divides: 7x7, 14x14, ...). The
+// group walk of bn_*_nchw_groups holds every image of a thread's split in registers (at most R,
+// loaded at once), the block writes its channels' partials, one grid barrier, then every block of
+// a group merges that group's S partials itself (the same few hundred floats from L2) and makes
+// the elementwise pass from its registers: x (dy, the mask and x) crosses DRAM once, with no
+// finalize launch and no launch gaps. Needs (the host's fused_group_plan): spans of whole mask
+// words (group * HW and C * HW multiples of 32, so a block owns its words), HW >= V (a pack spans
+// at most two planes), at most R images a thread, and the grid resident at once.
+// ---------------------------------------------------------------------------------------------
+
+// The group's channels of thread t's pack: j0 for its first `split` elements, j0 + 1 after.
+__device__ __forceinline__ void span_channels(int t, int V, int HW, int channels, int& j0, int& split) {
+    j0 = min(t * V / HW, channels - 1);
+    split = min(V, (j0 + 1) * HW - t * V);
+}
+
+// A thread's two channels' sums as per-element arrays for group_channel_sums: channel j0's in
+// element 0, channel j0 + 1's in element V - 1 (which lies in it where split < V), zero elsewhere.
+template <int V>
+__device__ __forceinline__ void by_element(float2 a, float2 b, int split, float (&first)[V], float (&second)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        first[k] = k == 0 ? a.x : 0.0f;
+        second[k] = k == 0 ? a.y : 0.0f;
+    }
+    if (split < V) {
+        first[V - 1] = b.x;
+        second[V - 1] = b.y;
+    }
+}
+
+// Blocks an SM the one-launch group kernels' bounds ask for: 4 (64 registers) where every instance
+// compiles without spilling, 3 where R packs of x and of z (or of dy and x) need more.
+template <bool kResidual, int R>
+constexpr int kGroupFusedBlocks = !kResidual && R <= 4 ? 4 : 3;
+
+// The backward's: R packs of dy and of x take 80 registers (3 blocks); with the residual's dz the
+// float16 instance spilled at 80, so it takes 2 blocks an SM.
+template <bool kResidual>
+constexpr int kGroupFusedBwdBlocks = kResidual ? 2 : 3;
+
+template <typename T, bool kResidual, int R>
+__global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_relu_fused_nchw_groups(
+        const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
+        const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
+        T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int N, int C,
+        int HW, int group) {
+    constexpr int V = bw::Pack16<T>::size;
+    constexpr int G = 32 / V;
+    using P = bw::Pack<T, V>;
+    const GroupSpan g = group_span<V>(C, HW, group);
+    const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const bool active = t < g.packs;
+    int j0, split;
+    span_channels(t, V, HW, g.channels, j0, split);
+    const int step = S * g.image_packs, p0 = s * g.image_packs + g.first_pack + t;
+    P xp[R], zp[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {  // every image of the split in flight at once
+        if (active && s + r * S < N) {
+            xp[r] = *reinterpret_cast<const P*>(x + (p0 + r * step) * V);
+            if constexpr (kResidual) zp[r] = *reinterpret_cast<const P*>(z + (p0 + r * step) * V);
+        }
+    }
+    {  // phase A: per-element shifted sums, added up per channel
+        const float lo = active ? bw::to_float(x[(g.c0 + j0) * HW]) : 0.0f;
+        const float hi = active && split < V ? bw::to_float(x[(g.c0 + j0 + 1) * HW]) : lo;
+        float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum, sum of squares) of channel j0, of j0 + 1
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (active && s + r * S < N) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    const float d = bw::to_float(xp[r].v[k]) - (k < split ? lo : hi);
+                    if (k < split) {  // predicated: a reference chosen at run time would put a and b on the stack
+                        a.x += d;
+                        a.y = fmaf(d, d, a.y);
+                    } else {
+                        b.x += d;
+                        b.y = fmaf(d, d, b.y);
+                    }
+                }
+            }
+        }
+        float s1[V], s2[V];
+        by_element<V>(a, b, split, s1, s2);
+        const float count = static_cast<float>(split_images(N, s, S) * HW);
+        group_channel_sums<V>(s1, s2, g, HW, [&](int j, float a, float b) {
+            store_partial(ws, s, S, C, g.c0 + j, from_sums(count, a, b));
+        });
+    }
+    grid_sync(bar, gridDim.x * gridDim.y);
+
+    // Phase B: this group's channels, a warp each, from all S partials.
+    __shared__ FwdCoef group_coef[kBlock];  // group <= kBlock * V / HW <= kBlock channels (HW >= V)
+    for (int j = warp; j < g.channels; j += kBlock / 32) {
+        const int c = g.c0 + j;
+        const Stat u = warp_merge_channel_partials(ws, S, C, c);
+        if (lane == 0) {
+            const float m = bw::to_float(x[c * HW]) + u.mean, is = invstd_of(u, eps);
+            group_coef[j] = FwdCoef{m, is * gamma[c], beta[c]};
+            if (s == 0) {
+                mean[c] = m;
+                invstd[c] = is;
+            }
+        }
+    }
+    __syncthreads();
+
+    // Phase C: y and the mask words from the registers.
+    const FwdCoef lo = group_coef[j0], hi = split < V ? group_coef[j0 + 1] : lo;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (s + r * S >= N) break;  // the same for the whole block: the group OR below sees every lane
+        const int off = (p0 + r * step) * V;
+        unsigned b = 0;
+        if (active) {
+            T yv[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const bool first = k < split;
+                float p = fmaf(bw::to_float(xp[r].v[k]) - (first ? lo.m : hi.m), first ? lo.a : hi.a, first ? lo.b : hi.b);
+                if constexpr (kResidual) p += bw::to_float(zp[r].v[k]);
+                b |= (p > 0.0f ? 1u : 0u) << k;
+                yv[k] = p > 0.0f ? bw::from_float<T>(p) : bw::from_float<T>(0.0f);
+            }
+            store_pack_once<T, V, true>(y, off, off + V, yv);
+        }
+        const unsigned word = bw::group_or<G>(b << ((lane * V) & 31));
+        if (active && (lane & (G - 1)) == 0) words[off >> 5] = word;  // the span ends on a word: the word's lanes are active
+    }
+}
+
+template <typename T, bool kResidual, int R>
+__global__ void __launch_bounds__(kBlock, kGroupFusedBwdBlocks<kResidual>) bn_relu_backward_fused_nchw_groups(
+        const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
+        const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ gamma,
+        float* __restrict__ dgamma, float* __restrict__ dbeta, T* __restrict__ dx, T* __restrict__ dz,
+        float* __restrict__ ws, unsigned* bar, int N, int C, int HW, int group, float inv_m) {
+    constexpr int V = bw::Pack16<T>::size;
+    using P = bw::Pack<T, V>;
+    const GroupSpan g = group_span<V>(C, HW, group);
+    const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const bool active = t < g.packs;
+    int j0, split;
+    span_channels(t, V, HW, g.channels, j0, split);
+    const int step = S * g.image_packs, p0 = s * g.image_packs + g.first_pack + t;
+    P gp[R], xp[R];
+    unsigned bits[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        bits[r] = 0;
+        if (active && s + r * S < N) {
+            const int off = (p0 + r * step) * V;
+            gp[r] = *reinterpret_cast<const P*>(dy + off);
+            xp[r] = *reinterpret_cast<const P*>(x + off);
+            bits[r] = bw::read_bits<V>(mask, mask_bytes, off);
+        }
+    }
+    const float mu_lo = active ? mean[g.c0 + j0] : 0.0f;
+    const float mu_hi = active && split < V ? mean[g.c0 + j0 + 1] : mu_lo;
+    {  // phase A: sums of g and g * (x - mean), g = dy where the mask bit is set
+        float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum g, sum g * (x - mean)) of channel j0, of j0 + 1
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (active && s + r * S < N) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    const float gr = (bits[r] >> k) & 1u ? bw::to_float(gp[r].v[k]) : 0.0f;
+                    if (k < split) {
+                        a.x += gr;
+                        a.y = fmaf(gr, bw::to_float(xp[r].v[k]) - mu_lo, a.y);
+                    } else {
+                        b.x += gr;
+                        b.y = fmaf(gr, bw::to_float(xp[r].v[k]) - mu_hi, b.y);
+                    }
+                }
+            }
+        }
+        float sg[V], sgx[V];
+        by_element<V>(a, b, split, sg, sgx);
+        group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {
+            ws[s * C + g.c0 + j] = a;
+            ws[s * C + g.c0 + j + S * C] = b;
+        });
+    }
+    grid_sync(bar, gridDim.x * gridDim.y);
+
+    __shared__ BwdCoef group_coef[kBlock];
+    for (int j = warp; j < g.channels; j += kBlock / 32) {
+        const int c = g.c0 + j;
+        const float2 sums = warp_sum_channel_partials(ws, S, C, c);
+        if (lane == 0) {
+            const float is = invstd[c], dg = sums.y * is;
+            group_coef[j] = BwdCoef{mean[c], gamma[c] * is, sums.x * inv_m, dg * is * inv_m};
+            if (s == 0) {
+                dbeta[c] = sums.x;
+                dgamma[c] = dg;
+            }
+        }
+    }
+    __syncthreads();
+    if (!active) return;  // no shuffles below
+    const BwdCoef lo = group_coef[j0], hi = split < V ? group_coef[j0 + 1] : lo;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (s + r * S >= N) break;
+        const int off = (p0 + r * step) * V;
+        T dxv[V], dzv[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const bool first = k < split, kept = (bits[r] >> k) & 1u;
+            const float gr = kept ? bw::to_float(gp[r].v[k]) : 0.0f;
+            const float m = first ? lo.m : hi.m, kk = first ? lo.k : hi.k, kx = first ? lo.kx : hi.kx;
+            const float mg = first ? lo.mg : hi.mg;
+            dxv[k] = bw::from_float<T>(kk * fmaf(-(bw::to_float(xp[r].v[k]) - m), kx, gr - mg));
+            dzv[k] = kept ? gp[r].v[k] : bw::from_float<T>(0.0f);
+        }
+        store_pack_once<T, V, true>(dx, off, off + V, dxv);
+        if constexpr (kResidual) store_pack_once<T, V, true>(dz, off, off + V, dzv);
+    }
+}
+
 }  // namespace bnr

@@ -10,10 +10,13 @@ namespace bnr {
 // ---------------------------------------------------------------------------------------------
 // Elementwise passes over the flat tensor in memory order. A warp owns chunks of 32 * V
 // consecutive elements (lane l the V at chunk + l * V), so the forward's mask words are built with
-// bitmask.cuh's group OR exactly as the ReLU kernel builds them. Vec: 16-byte accesses, and each
-// pack lies in one channel (NCHW, HW % V == 0) or covers V consecutive channels (NHWC, C % V ==
-// 0); otherwise every element finds its own channel. Per-channel coefficients are kept in
-// registers while a thread's channel does not change (NHWC grids are sized so that it never does).
+// bitmask.cuh's group OR exactly as the ReLU kernel builds them. Vec: 16-byte accesses. NHWC takes
+// them with C % V == 0, each pack covering V consecutive channels; NCHW at any H*W, a pack that
+// runs into the next plane (H*W % V != 0) selecting between two channels' coefficients element by
+// element (pack_channels), with no divergence between such packs and the others (where H*W < V a
+// pack may span more planes: those find each element's channel). Without Vec every element finds
+// its own channel. Per-channel coefficients are kept in registers while a thread's channel does not change
+// (NHWC grids are sized so that it never does).
 // Register caps: 64 for the forward (4 blocks of 256 threads per SM), 85 for the backward (3 blocks:
 // its NHWC float16 coefficients alone take 32 registers, and 64 spills on sm_80).
 // ---------------------------------------------------------------------------------------------
@@ -62,6 +65,24 @@ __device__ __forceinline__ int channel_of(int i, int C, int HW) {
     return kNhwc ? i % C : (i / HW) % C;
 }
 
+// The channel c0 of a 16-byte pack's first element and how many of its elements lie in c0's plane
+// (NCHW: `split`, V unless the pack runs past the plane's end, which happens only where H*W % V !=
+// 0; the rest are in the next plane, channel c0 + 1 mod C, where H*W >= V). NHWC packs cover
+// channels c0 .. c0 + V - 1 (C % V == 0): split stays V.
+template <bool kNhwc, int V>
+__device__ __forceinline__ void pack_channels(int first, int C, int HW, int& c0, int& split) {
+    if constexpr (kNhwc) {
+        c0 = first % C;
+        split = V;
+    } else {
+        const int plane = first / HW;
+        c0 = plane % C;
+        split = min(V, HW - (first - plane * HW));
+    }
+}
+
+__device__ __forceinline__ int next_channel(int c, int C) { return c + 1 < C ? c + 1 : 0; }
+
 // Per-channel constants of the forward: y = fma(x - m, a, b) with a = invstd * gamma.
 struct FwdCoef {
     float m, a, b;
@@ -95,16 +116,19 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_apply(const T* __restrict__
         if constexpr (kResidual) load_pack_once<T, V, Vec>(z, first, n, zv);
         float out[V];
         unsigned b = 0;
-        if (Vec && full) {
-            const int c0 = channel_of<kNhwc>(first, C, HW);
+        int c0 = 0, split = V;
+        if (Vec && full) pack_channels<kNhwc, V>(first, C, HW, c0, split);
+        if (Vec && full && (split == V || HW >= V)) {
             if (c0 != cached) {
 #pragma unroll
                 for (int k = 0; k < NC; ++k) coef[k].load(c0 + k, mean, invstd, gamma, beta);
                 cached = c0;
             }
+            FwdCoef next = coef[0];  // NCHW: elements k >= split are the next plane's
+            if (!kNhwc && split < V) next.load(next_channel(c0, C), mean, invstd, gamma, beta);
 #pragma unroll
             for (int k = 0; k < V; ++k) {
-                const FwdCoef& q = coef[NC == 1 ? 0 : k];
+                const FwdCoef q = NC == 1 ? (k < split ? coef[0] : next) : coef[NC == 1 ? 0 : k];
                 float p = fmaf(bw::to_float(xv[k]) - q.m, q.a, q.b);
                 if constexpr (kResidual) p += bw::to_float(zv[k]);
                 out[k] = p;
@@ -181,16 +205,19 @@ __global__ void __launch_bounds__(kBlock, kBwdApplyBlocks<kResidual>) bn_relu_ba
             for (int k = 0; k < V; ++k) bits |= (first + k < n ? mask_bit(mask, first + k) : 0u) << k;
         }
         T dxv[V], dzv[V];
-        if (Vec && full) {
-            const int c0 = channel_of<kNhwc>(first, C, HW);
+        int c0 = 0, split = V;
+        if (Vec && full) pack_channels<kNhwc, V>(first, C, HW, c0, split);
+        if (Vec && full && (split == V || HW >= V)) {
             if (c0 != cached) {
 #pragma unroll
                 for (int k = 0; k < NC; ++k) coef[k].load(c0 + k, mean, invstd, gamma, dgamma, dbeta, inv_m);
                 cached = c0;
             }
+            BwdCoef next = coef[0];  // NCHW: elements k >= split are the next plane's
+            if (!kNhwc && split < V) next.load(next_channel(c0, C), mean, invstd, gamma, dgamma, dbeta, inv_m);
 #pragma unroll
             for (int k = 0; k < V; ++k) {
-                const BwdCoef& q = coef[NC == 1 ? 0 : k];
+                const BwdCoef q = NC == 1 ? (k < split ? coef[0] : next) : coef[NC == 1 ? 0 : k];
                 const float g = (bits >> k) & 1u ? bw::to_float(gv[k]) : 0.0f;
                 dxv[k] = bw::from_float<T>(q.k * fmaf(-(bw::to_float(xv[k]) - q.m), q.kx, g - q.mg));
                 dzv[k] = (bits >> k) & 1u ? gv[k] : bw::from_float<T>(0.0f);

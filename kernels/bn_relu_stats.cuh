@@ -468,6 +468,183 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 }
 
 // ---------------------------------------------------------------------------------------------
+// NCHW with planes that no 16-byte pack divides (7x7, 14x14 and other odd H*W): the per-channel walk
+// above would take one element an access there. Instead a block owns a group of consecutive
+// channels whose planes, side by side in every image, span a whole number of packs (group * HW % V
+// == 0 and C % group-unit == 0, the host's plane_group), at most one pack a thread. Thread t takes
+// pack t of the span in each image of its split, so each of its V elements stays in one channel
+// through the walk and keeps sums of its own; the block then adds them up channel by channel
+// through shared memory, in a fixed order. Grid (groups, S): S splits of the N images (image n
+// goes to split n % S). Partials go to ws exactly as the per-channel kernels write them, so the
+// finalize kernels and the elementwise passes are shared.
+// ---------------------------------------------------------------------------------------------
+
+// Loads in flight per thread in the group walks (raw packs of x; of dy and x in the backward),
+// issued together, the last round's past the split's images predicated off.
+constexpr int kGroupStatsLoads = 4;
+constexpr int kGroupGradLoads = 4;
+
+// The block's channels and where their span lies: pack p of image n is pack n * image_packs + first_pack + p.
+struct GroupSpan {
+    int c0, channels, packs, first_pack, image_packs;
+};
+
+template <int V>
+__device__ __forceinline__ GroupSpan group_span(int C, int HW, int group) {
+    GroupSpan g;
+    g.c0 = static_cast<int>(blockIdx.x) * group;
+    g.channels = min(group, C - g.c0);
+    g.packs = g.channels * HW / V;
+    g.first_pack = g.c0 * HW / V;
+    g.image_packs = C * HW / V;
+    return g;
+}
+
+// Images of split s of S.
+__device__ __forceinline__ int split_images(int N, int s, int S) { return (N - s + S - 1) / S; }
+
+// Shared-memory slot of element e of a span, padded one float every 32: thread t's V stores (e = t *
+// V + k) and a warp's reads of consecutive e each fall in distinct banks.
+__device__ __forceinline__ int span_slot(int e) { return e + (e >> 5); }
+
+// Per-channel totals of two per-element sums a and b over the block's span (thread t holds elements
+// t * V .. t * V + V - 1; threads past the span hold nothing): warp w adds up channels w, w + 8, ...
+// of the group and lane 0 calls out(j, total a, total b) for channel j. Every thread calls it.
+template <int V, typename Out>
+__device__ __forceinline__ void group_channel_sums(const float (&a)[V], const float (&b)[V], const GroupSpan& g,
+                                                   int HW, Out out) {
+    constexpr int kSlots = kBlock * V + kBlock * V / 32;
+    __shared__ float sa[kSlots], sb[kSlots];
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < g.packs) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sa[span_slot(t * V + k)] = a[k];
+            sb[span_slot(t * V + k)] = b[k];
+        }
+    }
+    __syncthreads();
+    const int lane = t & 31, warp = t >> 5;
+    for (int j = warp; j < g.channels; j += kBlock / 32) {
+        float ta = 0.0f, tb = 0.0f;
+        for (int e = j * HW + lane; e < (j + 1) * HW; e += 32) {
+            ta += sa[span_slot(e)];
+            tb += sb[span_slot(e)];
+        }
+        ta = warp_sum_strided(ta, 1);
+        tb = warp_sum_strided(tb, 1);
+        if (lane == 0) out(j, ta, tb);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __restrict__ x, float* __restrict__ ws,
+                                                               int N, int C, int HW, int group) {
+    constexpr int V = bw::Pack16<T>::size;
+    constexpr int U = kGroupStatsLoads;
+    const GroupSpan g = group_span<V>(C, HW, group);
+    const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x;
+    const bool active = t < g.packs;
+    float shift[V], s1[V], s2[V];  // the shift of element k's channel: its first element, as the finalize adds back
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        shift[k] = active ? bw::to_float(x[(g.c0 + (t * V + k) / HW) * HW]) : 0.0f;
+        s1[k] = 0.0f;
+        s2[k] = 0.0f;
+    }
+    auto add = [&](const float (&f)[V]) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const float d = f[k] - shift[k];
+            s1[k] += d;
+            s2[k] = fmaf(d, d, s2[k]);
+        }
+    };
+    if (active) {
+        using P = bw::Pack<T, V>;
+        const int step = S * g.image_packs;
+        for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
+            P raw[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (n + u * S < N) raw[u] = *reinterpret_cast<const P*>(x + (p + u * step) * V);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (n + u * S < N) {
+                    float f[V];
+#pragma unroll
+                    for (int k = 0; k < V; ++k) f[k] = bw::to_float(raw[u].v[k]);
+                    add(f);
+                }
+            }
+        }
+    }
+    const float count = static_cast<float>(split_images(N, s, S) * HW);
+    group_channel_sums<V>(s1, s2, g, HW, [&](int j, float a, float b) {
+        store_partial(ws, s, S, C, g.c0 + j, from_sums(count, a, b));
+    });
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restrict__ dy,
+                                                              const unsigned char* __restrict__ mask, int mask_bytes,
+                                                              const T* __restrict__ x, const float* __restrict__ mean,
+                                                              float* __restrict__ ws, int N, int C, int HW, int group) {
+    constexpr int V = bw::Pack16<T>::size;
+    constexpr int U = kGroupGradLoads;
+    const GroupSpan g = group_span<V>(C, HW, group);
+    const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x;
+    const bool active = t < g.packs;
+    float mu[V], sg[V], sgx[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        mu[k] = active ? mean[g.c0 + (t * V + k) / HW] : 0.0f;
+        sg[k] = 0.0f;
+        sgx[k] = 0.0f;
+    }
+    auto add = [&](const float (&gr)[V], const float (&f)[V]) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sg[k] += gr[k];
+            sgx[k] = fmaf(gr[k], f[k] - mu[k], sgx[k]);
+        }
+    };
+    if (active) {
+        using P = bw::Pack<T, V>;
+        const int step = S * g.image_packs;
+        for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
+            P graw[U], xraw[U];
+            unsigned bits[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (n + u * S < N) {
+                    const int off = (p + u * step) * V;
+                    graw[u] = *reinterpret_cast<const P*>(dy + off);
+                    xraw[u] = *reinterpret_cast<const P*>(x + off);
+                    bits[u] = bw::read_bits<V>(mask, mask_bytes, off);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (n + u * S < N) {
+                    float gr[V], f[V];
+#pragma unroll
+                    for (int k = 0; k < V; ++k) {
+                        gr[k] = (bits[u] >> k) & 1u ? bw::to_float(graw[u].v[k]) : 0.0f;
+                        f[k] = bw::to_float(xraw[u].v[k]);
+                    }
+                    add(gr, f);
+                }
+            }
+        }
+    }
+    group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {
+        ws[s * C + g.c0 + j] = a;
+        ws[s * C + g.c0 + j + S * C] = b;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Finalize: a block per channel merges its S partials (threads stride over them, then the block's
 // tree), so the loads of a thousand partials are in flight together. (A warp per channel walked
 // 33 partials a lane one after another: 12 us for the NHWC grid's S = 1056 on an H100.) Where S is

@@ -179,15 +179,21 @@ def traffic(case):
 
 def optimized_traffic(case):
     """traffic(case), with the forward's second read of x cut to what the one-launch forward reads
-    again from global memory on this GPU (the rest it keeps in shared memory)."""
+    again from global memory on this GPU (the rest it keeps in shared memory or registers), and the
+    backward's second read of dy, the mask and x dropped where the one-launch group kernel keeps
+    them in registers."""
     base = traffic(case)
-    if case.direction != "forward" or not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         return base
-    from bwbench.cuda.bn_relu import forward_x_read_bytes
+    from bwbench.cuda.bn_relu import forward_x_read_bytes, reads_once
 
     ns = numel(case) * case.itemsize
-    x_reads = forward_x_read_bytes(case.shape, case.torch_dtype, case.layout, residual(case))
-    return Traffic(read=base.read - 2 * ns + x_reads, write=base.write)
+    if case.direction == "forward":
+        x_reads = forward_x_read_bytes(case.shape, case.torch_dtype, case.layout, residual(case))
+        return Traffic(read=base.read - 2 * ns + x_reads, write=base.write)
+    if reads_once("backward", case.shape, case.torch_dtype, case.layout, residual(case)):
+        return Traffic(read=base.read - (2 * ns + mask_bytes(case)), write=base.write)
+    return base
 
 
 def torch_traffic(case):

@@ -277,6 +277,56 @@ def test_nhwc_reduction_walk_covers_each_channel_once(shape, v):
     assert (count == 1).all()
 
 
+@pytest.mark.parametrize("c,hw,pack", [(2048, 49, 8), (1024, 196, 8), (64, 49, 4), (24, 1, 8), (16, 9, 8),
+                                         (12, 6, 8), (1000, 15, 4), (8, 255, 8)])
+def test_plane_group_spans_whole_packs_within_a_block(c, hw, pack):
+    group = bn_relu.plane_group(c, hw, pack)
+    assert group is not None and 0 < group <= c
+    assert (group * hw) % pack == 0 and (c * hw) % pack == 0  # every group starts and ends on a pack
+    assert group * hw <= bn_relu.BLOCK * pack  # at most one pack a thread
+    assert group == c or (group + pack) * hw > bn_relu.BLOCK * pack  # as large as a block holds
+
+
+@pytest.mark.parametrize("c,hw,pack", [(256, 196, 4), (64, 3136, 8), (37, 99, 8), (30, 49, 4), (8, 257, 8)])
+def test_plane_group_leaves_whole_pack_planes_and_misfits_to_the_channel_walk(c, hw, pack):
+    # planes of whole packs keep the per-channel walk; C off the group unit, or a unit of channels
+    # wider than a block, has no group
+    assert bn_relu.plane_group(c, hw, pack) is None
+
+
+def test_group_grid_fills_one_wave_with_image_splits():
+    assert bn_relu.group_grid(32, 1024, 10, 660) == (103, 6)
+    assert bn_relu.group_grid(32, 2048, 40, 660) == (52, 12)
+    assert bn_relu.group_grid(2, 2048, 40, 660) == (52, 2)  # no more splits than images
+    assert bn_relu.group_grid(4, 70000, 8, 660) == (8750, 1)
+
+
+def _group_walk(n, c, hw, v, group, splits):
+    """(offset, channel the kernel credits it to) for every element bn_stats_nchw_groups visits."""
+    image_packs = c * hw // v
+    out = []
+    for g in range(-(-c // group)):
+        c0 = g * group
+        packs = min(group, c - c0) * hw // v
+        for s in range(splits):
+            for t in range(packs):
+                for img in range(s, n, splits):
+                    p = img * image_packs + c0 * hw // v + t
+                    out += [(p * v + k, c0 + (t * v + k) // hw) for k in range(v)]
+    return np.array(out)
+
+
+@pytest.mark.parametrize("shape,v", [((3, 64, 7, 7), 8), ((5, 26, 14, 14), 8), ((2, 24, 1, 1), 8),
+                                     ((7, 12, 2, 3), 8), ((4, 20, 7, 7), 4)])
+def test_nchw_group_walk_covers_each_element_once_in_its_own_channel(shape, v):
+    n, c, h, w = shape
+    group = bn_relu.plane_group(c, h * w, v)
+    groups, splits = bn_relu.group_grid(n, c, group, 16)
+    walk = _group_walk(n, c, h * w, v, group, splits)
+    assert np.array_equal(np.sort(walk[:, 0]), np.arange(n * c * h * w))
+    assert np.array_equal(walk[:, 1], (walk[:, 0] // (h * w)) % c)
+
+
 # ----------------------------------------------------------------------------------------------
 # The suite's output check
 # ----------------------------------------------------------------------------------------------
@@ -439,3 +489,48 @@ def test_optimized_forward_model_counts_x_as_the_launcher_reads_it(monkeypatch):
     assert asked == [((32, 64, 112, 112), "NCHW", True)]
     assert once_and_a_bit.read == twice.read - ns + 1000 and once_and_a_bit.write == twice.write
     assert suite.traffic_of(impl, bwd) == suite.compute_traffic(bwd)
+    # the one-launch group kernels (7x7 planes) read dy, the mask and x once
+    small = _case("backward", "bn_relu", (32, 2048, 7, 7), "NCHW", "float16")
+    monkeypatch.setattr(bn_relu_package, "reads_once", lambda direction, shape, *a, **k: direction == "backward")
+    n7 = 32 * 2048 * 49
+    assert suite.traffic_of(impl, small).read == suite.compute_traffic(small).read - (2 * 2 * n7 + n7 // 8)
+    assert suite.traffic_of(impl, small).write == suite.compute_traffic(small).write
+
+
+def test_reads_once_only_for_nchw_planes_no_pack_divides():
+    for shape, layout in (((32, 64, 112, 112), "NCHW"), ((32, 2048, 7, 7), "NHWC")):
+        assert not bn_relu.reads_once("backward", shape, torch.float16, layout)  # answered before any kernel loads
+
+
+@pytest.mark.parametrize("shape,pack", [((32, 2048, 7, 7), 8), ((32, 512, 7, 7), 8), ((32, 256, 14, 14), 8),
+                                        ((7, 2048, 5, 5), 8), ((16, 64, 5, 5), 4), ((48, 2048, 7, 7), 8),
+                                        ((12, 64, 3, 3), 4)])
+def test_fused_group_plan_owns_whole_mask_words_and_fits_one_wave(shape, pack):
+    n, c, h, w = shape
+    hw = h * w
+    waves = {4: 528, 8: 396}
+    group, groups, splits, r = bn_relu.fused_group_plan(n, c, hw, pack, waves)
+    assert (group * hw) % 32 == 0 and (c * hw) % 32 == 0  # every span starts and ends on a mask word
+    assert group * hw <= bn_relu.BLOCK * pack and hw >= pack  # a pack a thread, two planes at most
+    assert groups == -(-c // group) and groups * splits <= waves[r]  # resident at once
+    assert -(-n // splits) <= r  # the thread's images fit its registers
+    assert r == min(k for k in waves if -(-n // min(n, waves[k] // groups)) <= k)  # fewest images that fit
+
+
+@pytest.mark.parametrize("shape,pack", [((32, 1024, 14, 14), 8),  # 128 groups: more than one wave at 8 images
+                                        ((32, 1000, 7, 7), 8),  # C no multiple of 32: spans off the words
+                                        ((16, 333, 13, 13), 8), ((5, 24, 1, 1), 8),  # a pack over many planes
+                                        ((8, 64, 7, 8), 8),  # whole packs: the per-channel one launch
+                                        ((4, 64, 7, 7), 4)])  # 32 float planes of 49 exceed a block
+def test_fused_group_plan_leaves_what_it_cannot_hold(shape, pack):
+    n, c, h, w = shape
+    assert bn_relu.fused_group_plan(n, c, h * w, pack, {4: 528, 8: 396}) is None
+
+
+def test_group_kernels_are_declared_for_each_direction_and_instance():
+    for direction in ("forward", "backward"):
+        for residual in (False, True):
+            for ctype in ("half_t", "float"):
+                names = bn_relu.group_fused_kernels(direction, ctype, residual)
+                assert set(names) == set(bn_relu.GROUP_IMAGES[(direction, residual)])
+                assert all(name in bn_relu.KERNELS for name in names.values())

@@ -144,6 +144,10 @@ def test_one_launch_and_three_kernel_paths_both_match_reference(shape, nchw, nhw
     case = _case(direction, variant, shape, layout, dtype)
     inputs = _inputs(case, seed=sum(shape) + 7)
     applies = nchw if layout == "NCHW" else nhwc
+    if layout == "NCHW":  # or the one-launch group kernels, for planes no pack divides
+        from bwbench.cuda.bn_relu import reads_once
+
+        applies = applies or reads_once(direction, shape, getattr(torch, dtype), layout, variant == "bn_add_relu")
     for fused in (True, False):
         _poison(inputs["x"].numel() * 8)
         if direction == "forward":
@@ -217,6 +221,89 @@ def test_both_walk_orders_of_the_separate_passes_match_reference(shape, layout, 
     assert ok, f"{case} from_end_min_bytes={from_end_min_bytes}: {message}"
 
 
+# NCHW planes no 16-byte pack divides: N = 1, H*W under a pack, short last groups, many image splits
+GROUP_SHAPES = [(1, 16, 3, 3), (5, 24, 1, 1), (7, 12, 2, 3), (67, 64, 7, 7), (3, 26, 14, 14), (2, 2048, 7, 7),
+                (4, 40, 5, 5)]
+
+
+@pytest.mark.parametrize("groups", [True, False], ids=["plane-groups", "channel-walk"])
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", GROUP_SHAPES, ids=lambda v: "x".join(map(str, v)))
+def test_nchw_plane_groups_and_channel_walk_both_match_reference(shape, dtype, direction, variant, groups,
+                                                                 monkeypatch):
+    """NCHW planes that take no whole 16-byte packs, three kernels: the group reduction (with the
+    elementwise passes in packs that may cross planes) and the per-channel walk it replaces both pass
+    the suite's check."""
+    from bwbench.cuda.bn_relu import launch as launcher
+    from bwbench.cuda.bn_relu import plan as planner
+
+    n, c, h, w = shape
+    pack = 16 // torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    expected = planner.plane_group(c, h * w, pack)
+    if groups and expected is None:
+        pytest.skip(f"{dtype} planes of {h * w} take whole packs: the per-channel walk applies")
+    taken = []
+    monkeypatch.setattr(launcher, "plane_group", lambda *a: taken.append(planner.plane_group(*a)) or
+                        (taken[-1] if groups else None))
+    case = _case(direction, variant, shape, "NCHW", dtype)
+    inputs = _inputs(case, seed=sum(shape) + 5)
+    _poison(inputs["x"].numel() * 8)
+    if direction == "forward":
+        out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"], z=inputs.get("z"),
+                                       fused=False)
+    else:
+        out = launcher.bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"], inputs["invstd"],
+                                        inputs["gamma"], residual=variant == "bn_add_relu", fused=False)
+    torch.cuda.synchronize()
+    assert taken == [expected]
+    ok, message = MOD.check(case, inputs, out)
+    assert ok, f"{case} groups={groups}: {message}"
+
+
+# The one-launch group kernels: several groups, one group, N = 2 and 67 images (R = 1), 4 and 8
+# images a thread (64x2048x5x5, 48x2048x7x7 in float16), planes of 9, 25, 49, 100 and 196 values
+FUSED_GROUP_SHAPES = [(67, 64, 7, 7), (2, 2048, 7, 7), (3, 96, 7, 7), (9, 64, 5, 5), (40, 32, 10, 10),
+                      (6, 48, 14, 14), (12, 64, 3, 3), (64, 2048, 5, 5), (48, 2048, 7, 7)]
+
+
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", FUSED_GROUP_SHAPES, ids=lambda v: "x".join(map(str, v)))
+def test_one_launch_group_kernels_match_reference(shape, dtype, direction, variant, monkeypatch):
+    """Where reads_once says so the one-launch group kernel runs (and fused=True takes it); it and
+    the three kernels (fused=False) both pass the suite's check on fresh inputs into poisoned outputs."""
+    from bwbench.cuda.bn_relu import launch as launcher
+
+    residual = variant == "bn_add_relu"
+    expected = launcher.reads_once(direction, shape, getattr(torch, dtype), "NCHW", residual)
+    if shape == (2, 2048, 7, 7) and dtype == "float16" and not residual:
+        assert expected, "the 7x7 planes of ResNet-50's last stage take one launch"
+    ran = []
+    one_launch = launcher._one_launch_groups
+    monkeypatch.setattr(launcher, "_one_launch_groups", lambda *a, **k: ran.append(one_launch(*a, **k)) or ran[-1])
+    case = _case(direction, variant, shape, "NCHW", dtype)
+    inputs = _inputs(case, seed=sum(shape) + 11)
+    for fused in (None, True, False):
+        if fused is True and not expected:
+            continue
+        _poison(inputs["x"].numel() * 8)
+        ran.clear()
+        if direction == "forward":
+            out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"],
+                                           z=inputs.get("z"), fused=fused)
+        else:
+            out = launcher.bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"],
+                                            inputs["invstd"], inputs["gamma"], residual=residual, fused=fused)
+        torch.cuda.synchronize()
+        asked = (shape[2] * shape[3]) % (16 // inputs["x"].element_size()) != 0  # planes no pack divides
+        assert ran == ([expected and fused is not False] if asked else []), (fused, ran)
+        ok, message = MOD.check(case, inputs, out)
+        assert ok, f"{case} fused={fused}: {message}"
+
+
 def test_one_launch_path_repeats_and_runs_on_two_streams():
     """The grid barrier resets itself: many launches in a row, and on a second stream (its own
     counters), keep giving the same statistics as the three-kernel path."""
@@ -241,7 +328,8 @@ def test_one_launch_path_repeats_and_runs_on_two_streams():
         torch.testing.assert_close(y.float(), want[0].float(), rtol=2e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("shape", [(16, 24, 30, 30), (16, 32, 32, 32)], ids=["three-kernel", "one-launch"])
+@pytest.mark.parametrize("shape", [(16, 24, 30, 30), (16, 32, 32, 32), (16, 24, 7, 7), (16, 64, 5, 5)],
+                         ids=["three-kernel", "one-launch", "plane-groups", "one-launch-groups"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_statistics_of_data_with_a_large_mean(layout, shape):
     """Shifted sums: a channel of mean 1e4 and std 1 keeps invstd to float32 accuracy."""

@@ -7,6 +7,6 @@ from bwbench.cuda import lazy_exports
 __getattr__, __all__ = lazy_exports(
     __name__,
     launch=("SOURCE bn_relu_backward bn_relu_forward forward_x_read_bytes keep_mask layout_of memory_order"
-        " one_launch_plan"),
+        " one_launch_plan reads_once"),
     plan="BLOCK FEW_PARTIALS LAYOUTS finalize_grid",
 )

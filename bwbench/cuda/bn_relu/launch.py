@@ -45,8 +45,12 @@ from bwbench.cuda.bn_relu.plan import (
     apply_blocks,
     finalize_grid,
     fused_grid,
+    fused_group_plan,
     fused_nhwc_scratch_bytes,
+    group_fused_kernels,
+    group_grid,
     one_launch_by_default,
+    plane_group,
     reduction_grid,
     walk_from_end,
     walk_step,
@@ -65,7 +69,7 @@ from bwbench.cuda.loader import (
 )
 
 __all__ = ["SOURCE", "bn_relu_backward", "bn_relu_forward", "forward_x_read_bytes", "keep_mask", "layout_of",
-           "memory_order", "one_launch_plan"]
+           "memory_order", "one_launch_plan", "reads_once"]
 
 SOURCE = KernelSource("bn_relu.cu", KERNELS)
 
@@ -204,7 +208,7 @@ class OneLaunchPlan:
         return max(0, per_channel - self.slots * self.step)
 
 
-PLANS: dict[tuple, OneLaunchPlan | None] = {}
+PLANS: dict[tuple, OneLaunchPlan | Launch | None] = {}
 
 
 def one_launch_plan(kernel, device: int, layout: str, shape, pack: int, vec: bool, fused: bool | None,
@@ -275,6 +279,55 @@ def _one_launch(module, name: str, x: torch.Tensor, layout: str, pack: int, vec:
     return True
 
 
+def group_launch(module, direction: str, ctype: str, shape, residual: bool, device: int) -> Launch | None:
+    """The one-launch group kernel's launch (NCHW planes no pack divides; fused_group_plan) for an
+    aligned tensor of this shape on `device`, or None where it does not apply. Its scalar args hold
+    the group."""
+    n, c, h, w = shape
+    pack = _TYPES[ctype]
+    key = ("groups", direction, ctype, residual, device, n, c, h * w)
+    if key not in PLANS:
+        names = group_fused_kernels(direction, ctype, residual)
+        waves = {r: _wave(module.kernel(name), device) for r, name in names.items()}
+        found = fused_group_plan(n, c, h * w, pack, waves)
+        PLANS[key] = None if found is None else Launch(names[found[3]], found[1:3], (BLOCK,), cooperative=True,
+                                                       args=(found[0],), tier="one-launch groups")
+    return PLANS[key]
+
+
+def _one_launch_groups(module, direction: str, access: Access, x: torch.Tensor, residual: bool, fused: bool | None,
+                       ws_arrays: int, leading: tuple, trailing: tuple = ()) -> bool:
+    """Run the one-launch group kernel if it applies and `fused` allows; False to try the other
+    paths. Its arguments: leading, the workspace, the barrier, N, C, H*W, the group, trailing."""
+    if fused is False or not access.aligned:
+        return False
+    n, c, h, w = x.shape
+    device = device_index(x)
+    spec = group_launch(module, direction, access.ctype, x.shape, residual, device)
+    if spec is None:
+        return False
+    kernel = module.kernel(spec.kernel)
+    if (spec, device) not in _CHECKED:
+        check_cooperative(kernel, spec, device)
+        _CHECKED.add((spec, device))
+    ws = torch.empty(ws_arrays * spec.grid[1] * c, dtype=torch.float32, device=x.device)
+    run(kernel, spec, (*leading, ws, _barrier(x.device, c), np.int32(n), np.int32(c), np.int32(h * w),
+                       np.int32(spec.args[0]), *trailing), x.device.index)
+    return True
+
+
+def reads_once(direction: str, shape, dtype: torch.dtype, layout: str, residual: bool = False,
+               device: int | torch.device | None = None) -> bool:
+    """Whether bn_relu_forward / bn_relu_backward (fused=None) read x (dy, the mask and x) from
+    global memory only once for a 16-byte aligned tensor of this shape on `device`: the one-launch
+    group kernels keep them in registers between their passes."""
+    n, c, h, w = shape
+    ctype = cpp_type(dtype)
+    if layout != "NCHW" or (h * w) % _TYPES[ctype] == 0:
+        return False
+    return group_launch(load(SOURCE), direction, ctype, shape, residual, device_index(device)) is not None
+
+
 _CHECKED: set[tuple[Launch, int]] = set()
 """Cooperative launches found to fit the GPU (checked once per device)."""
 
@@ -283,10 +336,13 @@ def forward_x_read_bytes(shape, dtype: torch.dtype, layout: str, residual: bool 
                          device: int | torch.device | None = None) -> int:
     """Bytes of x that bn_relu_forward (fused=None) reads from global memory for a 16-byte aligned x
     of this shape on `device`: twice x's bytes on the three-kernel path; on the one-launch path,
-    once plus what its x cache could not hold (the second pass takes the rest from shared memory)."""
+    once plus what its x cache could not hold (the second pass takes the rest from shared memory);
+    once on the one-launch group path (`reads_once`)."""
     n, c, h, w = shape
     itemsize = torch.empty((), dtype=dtype).element_size()
     once = n * c * h * w * itemsize
+    if reads_once("forward", shape, dtype, layout, residual, device):
+        return once
     ctype = cpp_type(dtype)
     pack = _TYPES[ctype]
     vec = (h * w) % pack == 0 if layout == "NCHW" else c % pack == 0
@@ -297,20 +353,43 @@ def forward_x_read_bytes(shape, dtype: torch.dtype, layout: str, residual: bool 
     return once + plan.elements_read_again(n * h * w) * c * itemsize
 
 
-def _plan(x: torch.Tensor, layout: str, *others) -> tuple[str, int, bool]:
-    """(storage type, pack, vectorized?) for x and the tensors that move with it."""
+@dataclass(frozen=True)
+class Access:
+    """How the kernels of one call touch x and the tensors that move with it."""
+
+    ctype: str  # storage type
+    pack: int  # elements of a 16-byte pack
+    vec: bool  # packs that each lie in one channel's walk (the reductions and the one-launch path)
+    aligned: bool  # every tensor 16-byte aligned: the elementwise passes take packs (NCHW at any H*W)
+
+    def apply_vec(self, layout: str) -> bool:
+        return self.aligned if layout == "NCHW" else self.vec
+
+
+def _plan(x: torch.Tensor, layout: str, *others) -> Access:
     ctype = cpp_type(x.dtype)
     pack = _TYPES[ctype]
     _, c, h, w = x.shape
     fits = (h * w) % pack == 0 if layout == "NCHW" else c % pack == 0
-    return ctype, pack, fits and _aligned(x, *others)
+    aligned = _aligned(x, *others)
+    return Access(ctype, pack, fits and aligned, aligned)
 
 
-def _reduce(module, kind: str, ctype: str, pack: int, vec: bool, layout: str, x: torch.Tensor, leading: tuple,
+def _reduce(module, kind: str, access: Access, layout: str, x: torch.Tensor, leading: tuple,
             ws_arrays: int) -> tuple[torch.Tensor, int]:
-    """Launch a per-channel reduction kernel; returns its workspace and S."""
+    """Launch a per-channel reduction kernel (the group reduction for NCHW planes that take no
+    whole packs, where it applies); returns its workspace and S."""
     n, c, h, w = x.shape
     hw = h * w
+    ctype, pack, vec = access.ctype, access.pack, access.vec
+    group = plane_group(c, hw, pack) if layout == "NCHW" and access.aligned else None
+    if group is not None:
+        name = f"bnr::{kind}_nchw_groups<{ctype}>"
+        gx, gy = group_grid(n, c, group, _wave(module.kernel(name), device_index(x)))
+        ws = torch.empty(ws_arrays * gy * c, dtype=torch.float32, device=x.device)
+        _enqueue(module, name, (gx, gy), (*leading, ws, np.int32(n), np.int32(c), np.int32(hw), np.int32(group)),
+                 x.device.index)
+        return ws, gy
     v = pack if vec else 1
     name = f"bnr::{kind}_{layout.lower()}<{ctype}, {v}, {'true' if vec else 'false'}>"
     kernel = module.kernel(name)
@@ -359,18 +438,24 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     mask = words.view(torch.uint8)[:packed_bytes(numel)]
     module = load(SOURCE)
     device = x.device.index
-    ctype, pack, vec = _plan(x, layout, z, y)
+    access = _plan(x, layout, z, y)
+    ctype, pack, vec = access.ctype, access.pack, access.vec
     b = lambda v: "true" if v else "false"  # noqa: E731
+    if layout == "NCHW" and not vec and _one_launch_groups(
+            module, "forward", access, x, z is not None, fused, 3,
+            (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words)):
+        return y, mask, mean, invstd
     if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
                    vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words), cache_x=True):
         return y, mask, mean, invstd
-    ws, splits = _reduce(module, "bn_stats", ctype, pack, vec, layout, x, (x,), 3)
+    ws, splits = _reduce(module, "bn_stats", access, layout, x, (x,), 3)
     warps, grid = finalize_grid(c, splits)
     _enqueue(module, f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>", grid,
              (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean, invstd,
               np.int32(c)), device)
-    apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(z is not None)}>")
-    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
+    apply_vec = access.apply_vec(layout)
+    apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, {b(z is not None)}>")
+    blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
     _enqueue(module, apply.name, blocks, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c),
                                          np.int32(h * w), np.int32(walk_from_end(x.numel() * x.element_size()))),
              device)
@@ -401,19 +486,25 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     dbeta = torch.empty(c, dtype=torch.float32, device=x.device)
     module = load(SOURCE)
     device = x.device.index
-    ctype, pack, vec = _plan(x, layout, dy, dx, dz)
+    access = _plan(x, layout, dy, dx, dz)
+    ctype, pack, vec = access.ctype, access.pack, access.vec
     mask_bytes = np.int32(mask.numel())
     b = lambda v: "true" if v else "false"  # noqa: E731
     inv_m = np.float32(1.0 / (numel // c))
+    if layout == "NCHW" and not vec and _one_launch_groups(
+            module, "backward", access, x, residual, fused, 2,
+            (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
+        return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
     if _one_launch(module, f"bnr::bn_relu_backward_fused_{layout.lower()}<{ctype}, {b(residual)}>", x, layout,
                    pack, vec, fused, 2, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
         return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
-    ws, splits = _reduce(module, "bn_grad", ctype, pack, vec, layout, x, (dy, mask, mask_bytes, x, mean), 2)
+    ws, splits = _reduce(module, "bn_grad", access, layout, x, (dy, mask, mask_bytes, x, mean), 2)
     warps, grid = finalize_grid(c, splits)
     _enqueue(module, f"bnr::bn_grad_finalize<{b(warps)}>", grid,
              (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)), device)
-    apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(vec)}, {b(residual)}>")
-    blocks = apply_blocks(layout, numel, c, pack, vec, _wave(apply, device_index(x)))
+    apply_vec = access.apply_vec(layout)
+    apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, {b(residual)}>")
+    blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
     _enqueue(module, apply.name, blocks, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz,
                                          np.int32(numel), np.int32(c), np.int32(h * w), inv_m,
                                          np.int32(walk_from_end(x.numel() * x.element_size()))), device)

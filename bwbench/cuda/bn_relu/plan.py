@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "one_launch_by_default",
-           "reduction_grid", "walk_step"]
+__all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "fused_group_plan",
+           "group_fused_kernels", "group_grid",
+           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
 BLOCK = 256  # bnr::kBlock
@@ -29,8 +30,23 @@ def _reduction_names(ctype: str, v: int) -> list[str]:
     return out
 
 
+GROUP_IMAGES = {("forward", False): (4, 8), ("forward", True): (4,), ("backward", False): (4,),
+                ("backward", True): (4,)}
+"""(direction, residual) -> the images a thread holds in registers in each instance of the one-launch
+group kernels (template argument R); more take more registers (fewer blocks an SM)."""
+
+_GROUP_KERNEL = {"forward": "bn_relu_fused_nchw_groups", "backward": "bn_relu_backward_fused_nchw_groups"}
+
+
+def group_fused_kernels(direction: str, ctype: str, residual: bool) -> dict[int, str]:
+    """R -> the name of the one-launch group kernel holding R images a thread."""
+    return {r: f"bnr::{_GROUP_KERNEL[direction]}<{ctype}, {str(residual).lower()}, {r}>"
+            for r in GROUP_IMAGES[(direction, residual)]}
+
+
 KERNELS = (
     *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
+    *(f"bnr::{k}_nchw_groups<{t}>" for k in ("bn_stats", "bn_grad") for t in _TYPES),
     *(f"bnr::bn_stats_finalize<{t}, {w}>" for t in _TYPES for w in _B),
     *(f"bnr::bn_grad_finalize<{w}>" for w in _B),
     *(f"bnr::{k}<{t}, {nhwc}, {vec}, {res}>" for k in ("bn_relu_apply", "bn_relu_backward_apply")
@@ -38,6 +54,9 @@ KERNELS = (
     *(f"bnr::{k}_{layout}<{t}, {res}>" for k in ("bn_relu_fused", "bn_relu_backward_fused")
       for layout in ("nchw", "nhwc") for t in _TYPES for res in _B),
     *(f"bnr::bn_relu_fused_nhwc<{t}, {res}, true>" for t in _TYPES for res in _B),
+    *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
+      for name in (f"bnr::{_GROUP_KERNEL[direction]}<{t}, {str(res).lower()}, {r}>" for r in
+                   GROUP_IMAGES[(direction, res)])),
 )
 """Every kernel of kernels/bn_relu.cu the launcher names."""
 
@@ -58,6 +77,55 @@ def reduction_grid(layout: str, n: int, c: int, hw: int, pack: int, wave: int) -
     rows = n * hw
     splits = max(1, min(wave // tiles, -(-rows // (BLOCK // tx * 4))))
     return (tiles, splits), tx
+
+
+def plane_group(c: int, hw: int, pack: int) -> int | None:
+    """Channels a block of the NCHW group reduction (bnr::bn_*_nchw_groups) owns, or None where the
+    per-channel walk is used instead.
+
+    The group path is for planes no 16-byte pack divides (hw % pack != 0: 7x7, 14x14, any odd
+    plane), where the per-channel walk takes one element an access. A group's planes, side by side
+    in each image, must be whole packs from a pack boundary: groups are multiples of
+    `pack // gcd(hw, pack)` channels, and C a multiple of that too (so the last, shorter group ends
+    on one). A group's span is at most one pack a thread of the block; planes too large for even
+    one unit of channels keep the per-channel walk."""
+    if hw % pack == 0:
+        return None
+    unit = pack // math.gcd(hw, pack)
+    per_block = BLOCK * pack // hw // unit * unit
+    if c % unit or per_block == 0:
+        return None
+    return min(per_block, c)
+
+
+def fused_group_plan(n: int, c: int, hw: int, pack: int, waves: dict[int, int]) -> tuple[int, int, int, int] | None:
+    """(group, groups, S, R) of the one-launch group kernels, or None where they do not apply.
+
+    `waves`: R -> blocks of that instance resident on the GPU at once. A block must own the mask
+    words of its span in every image (group * hw and c * hw multiples of 32: groups of
+    `32 // gcd(hw, 32)` channels), a pack may span at most two planes (hw >= pack), the span at
+    most one pack a thread, and the grid of groups x S must be resident at once with at most R
+    images a thread. Takes the instance of fewest images a thread that fits, S as large as it
+    allows."""
+    if hw % pack == 0 or hw < pack:
+        return None
+    unit = 32 // math.gcd(hw, 32)
+    per_block = BLOCK * pack // hw // unit * unit
+    if c % unit or per_block == 0:
+        return None
+    group = min(per_block, c)
+    groups = -(-c // group)
+    for r in sorted(waves):
+        splits = min(n, waves[r] // groups)
+        if splits >= 1 and -(-n // splits) <= r:
+            return group, groups, splits, r
+    return None
+
+
+def group_grid(n: int, c: int, group: int, wave: int) -> tuple[int, int]:
+    """(groups, S) of the group reduction: S splits of the n images fill one wave (never past it)."""
+    groups = -(-c // group)
+    return groups, max(1, min(n, wave // groups))
 
 
 FROM_END_MIN_BYTES = 16 << 20
