@@ -269,7 +269,7 @@ dy, 3 spilled and 2 fits no odd span tighter than the power-of-two groups do, so
 
 def fit_shapes(pack: int, direction: str) -> tuple[WarpShape, ...]:
     """Warp shapes of groups under a warp holding several packs a lane, one row a group: with them a
-    row of 17 packs (127 half values starting mid-pack) fits 4 lanes of 5 packs, 20 slots, where
+    row of 17 packs (127 half values starting mid-pack) fits 8 lanes of 3 packs, 24 slots, where
     the power-of-two groups of one pack a lane give it a whole warp, 32 slots, 15 lanes idle."""
     if pack == 1:  # 16-byte packs only, not the one-element fallback of misaligned tensors
         return ()
@@ -513,8 +513,8 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
       the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87).
 
     And "warp_fit", a fitted warp shape (fit_shape), where one holds the row in fewer lane slots
-    than the warp tier's shape (`fits_tighter`): untried against the power-of-two groups, whose
-    idle lanes are the leading suspect at 31-200 columns (39-64% of copy).
+    than the warp tier's shape (`fits_tighter`): it won at 127 and 129 columns (55 and 57 against
+    39) and lost at 31 and 33 (37 against 46-47).
     """
     if choice.tier == "warp":
         fitted = ("warp_fit",) if fits_tighter else ()
