@@ -396,27 +396,6 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 // at most two planes), at most R images a thread, and the grid resident at once.
 // ---------------------------------------------------------------------------------------------
 
-// The group's channels of thread t's pack: j0 for its first `split` elements, j0 + 1 after.
-__device__ __forceinline__ void span_channels(int t, int V, int HW, int channels, int& j0, int& split) {
-    j0 = min(t * V / HW, channels - 1);
-    split = min(V, (j0 + 1) * HW - t * V);
-}
-
-// A thread's two channels' sums as per-element arrays for group_channel_sums: channel j0's in
-// element 0, channel j0 + 1's in element V - 1 (which lies in it where split < V), zero elsewhere.
-template <int V>
-__device__ __forceinline__ void by_element(float2 a, float2 b, int split, float (&first)[V], float (&second)[V]) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        first[k] = k == 0 ? a.x : 0.0f;
-        second[k] = k == 0 ? a.y : 0.0f;
-    }
-    if (split < V) {
-        first[V - 1] = b.x;
-        second[V - 1] = b.y;
-    }
-}
-
 // Blocks an SM the one-launch group kernels' bounds ask for: 4 (64 registers) where every instance
 // compiles without spilling, 3 where R packs of x and of z (or of dy and x) need more.
 template <bool kResidual, int R>
@@ -450,26 +429,13 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
             if constexpr (kResidual) zp[r] = *reinterpret_cast<const P*>(z + (p0 + r * step) * V);
         }
     }
-    {  // phase A: per-element shifted sums, added up per channel
+    {  // phase A: shifted sums of the thread's two channels, added up per channel
         const float lo = active ? bw::to_float(x[(g.c0 + j0) * HW]) : 0.0f;
         const float hi = active && split < V ? bw::to_float(x[(g.c0 + j0 + 1) * HW]) : lo;
         float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum, sum of squares) of channel j0, of j0 + 1
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (active && s + r * S < N) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const float d = bw::to_float(xp[r].v[k]) - (k < split ? lo : hi);
-                    if (k < split) {  // predicated: a reference chosen at run time would put a and b on the stack
-                        a.x += d;
-                        a.y = fmaf(d, d, a.y);
-                    } else {
-                        b.x += d;
-                        b.y = fmaf(d, d, b.y);
-                    }
-                }
-            }
-        }
+        for (int r = 0; r < R; ++r)
+            if (active && s + r * S < N) add_shifted<T, V>(xp[r], split, lo, hi, a, b);
         float s1[V], s2[V];
         by_element<V>(a, b, split, s1, s2);
         const float count = static_cast<float>(split_images(N, s, S) * HW);
@@ -558,21 +524,8 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBwdBlocks<kResidual>) bn_re
     {  // phase A: sums of g and g * (x - mean), g = dy where the mask bit is set
         float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum g, sum g * (x - mean)) of channel j0, of j0 + 1
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (active && s + r * S < N) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const float gr = (bits[r] >> k) & 1u ? bw::to_float(gp[r].v[k]) : 0.0f;
-                    if (k < split) {
-                        a.x += gr;
-                        a.y = fmaf(gr, bw::to_float(xp[r].v[k]) - mu_lo, a.y);
-                    } else {
-                        b.x += gr;
-                        b.y = fmaf(gr, bw::to_float(xp[r].v[k]) - mu_hi, b.y);
-                    }
-                }
-            }
-        }
+        for (int r = 0; r < R; ++r)
+            if (active && s + r * S < N) add_masked_grad<T, V>(gp[r], xp[r], bits[r], split, mu_lo, mu_hi, a, b);
         float sg[V], sgx[V];
         by_element<V>(a, b, split, sg, sgx);
         group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {

@@ -472,9 +472,9 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 // above would take one element an access there. Instead a block owns a group of consecutive
 // channels whose planes, side by side in every image, span a whole number of packs (group * HW % V
 // == 0 and C % group-unit == 0, the host's plane_group), at most one pack a thread. Thread t takes
-// pack t of the span in each image of its split, so each of its V elements stays in one channel
-// through the walk and keeps sums of its own; the block then adds them up channel by channel
-// through shared memory, in a fixed order. Grid (groups, S): S splits of the N images (image n
+// pack t of the span in each image of its split, so its elements stay in the same one or two
+// channels (H*W >= V) through the walk, and it keeps sums for those two; the block then adds them
+// up channel by channel through shared memory, in a fixed order. Grid (groups, S): S splits of the N images (image n
 // goes to split n % S). Partials go to ws exactly as the per-channel kernels write them, so the
 // finalize kernels and the elementwise passes are shared.
 // ---------------------------------------------------------------------------------------------
@@ -537,31 +537,80 @@ __device__ __forceinline__ void group_channel_sums(const float (&a)[V], const fl
     }
 }
 
+// The group's channels of thread t's pack: j0 for its first `split` elements, j0 + 1 after.
+__device__ __forceinline__ void span_channels(int t, int V, int HW, int channels, int& j0, int& split) {
+    j0 = min(t * V / HW, channels - 1);
+    split = min(V, (j0 + 1) * HW - t * V);
+}
+
+// One raw pack's values shifted by their channel's first element into (sum, sum of squares) of the
+// thread's two channels.
+template <typename T, int V>
+__device__ __forceinline__ void add_shifted(const bw::Pack<T, V>& raw, int split, float lo, float hi, float2& a,
+                                            float2& b) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        if (k < split) {  // predicated: a reference chosen at run time would put a and b on the stack
+            const float d = bw::to_float(raw.v[k]) - lo;
+            a.x += d;
+            a.y = fmaf(d, d, a.y);
+        } else {
+            const float d = bw::to_float(raw.v[k]) - hi;
+            b.x += d;
+            b.y = fmaf(d, d, b.y);
+        }
+    }
+}
+
+// One pack of dy (zeroed where the mask bit is 0) and x into (sum g, sum g * (x - mean)) of the
+// thread's two channels.
+template <typename T, int V>
+__device__ __forceinline__ void add_masked_grad(const bw::Pack<T, V>& g, const bw::Pack<T, V>& x, unsigned bits,
+                                                int split, float mu_lo, float mu_hi, float2& a, float2& b) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const float gr = (bits >> k) & 1u ? bw::to_float(g.v[k]) : 0.0f;
+        if (k < split) {
+            a.x += gr;
+            a.y = fmaf(gr, bw::to_float(x.v[k]) - mu_lo, a.y);
+        } else {
+            b.x += gr;
+            b.y = fmaf(gr, bw::to_float(x.v[k]) - mu_hi, b.y);
+        }
+    }
+}
+
+// A thread's two channels' sums as per-element arrays for group_channel_sums: channel j0's in
+// element 0, channel j0 + 1's in element V - 1 (which lies in it where split < V), zero elsewhere.
+template <int V>
+__device__ __forceinline__ void by_element(float2 a, float2 b, int split, float (&first)[V], float (&second)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        first[k] = k == 0 ? a.x : 0.0f;
+        second[k] = k == 0 ? a.y : 0.0f;
+    }
+    if (split < V) {
+        first[V - 1] = b.x;
+        second[V - 1] = b.y;
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __restrict__ x, float* __restrict__ ws,
                                                                int N, int C, int HW, int group) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int U = kGroupStatsLoads;
+    using P = bw::Pack<T, V>;
     const GroupSpan g = group_span<V>(C, HW, group);
     const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x;
     const bool active = t < g.packs;
-    float shift[V], s1[V], s2[V];  // the shift of element k's channel: its first element, as the finalize adds back
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        shift[k] = active ? bw::to_float(x[(g.c0 + (t * V + k) / HW) * HW]) : 0.0f;
-        s1[k] = 0.0f;
-        s2[k] = 0.0f;
-    }
-    auto add = [&](const float (&f)[V]) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            const float d = f[k] - shift[k];
-            s1[k] += d;
-            s2[k] = fmaf(d, d, s2[k]);
-        }
-    };
+    int j0, split;
+    span_channels(t, V, HW, g.channels, j0, split);
+    // each channel's shift: its first element, as the finalize adds back
+    const float lo = active ? bw::to_float(x[(g.c0 + j0) * HW]) : 0.0f;
+    const float hi = active && split < V ? bw::to_float(x[(g.c0 + j0 + 1) * HW]) : lo;
+    float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum, sum of squares) of channel j0, of j0 + 1
     if (active) {
-        using P = bw::Pack<T, V>;
         const int step = S * g.image_packs;
         for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
             P raw[U];
@@ -569,19 +618,15 @@ __global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __res
             for (int u = 0; u < U; ++u)
                 if (n + u * S < N) raw[u] = *reinterpret_cast<const P*>(x + (p + u * step) * V);
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (n + u * S < N) {
-                    float f[V];
-#pragma unroll
-                    for (int k = 0; k < V; ++k) f[k] = bw::to_float(raw[u].v[k]);
-                    add(f);
-                }
-            }
+            for (int u = 0; u < U; ++u)
+                if (n + u * S < N) add_shifted<T, V>(raw[u], split, lo, hi, a, b);
         }
     }
+    float s1[V], s2[V];
+    by_element<V>(a, b, split, s1, s2);
     const float count = static_cast<float>(split_images(N, s, S) * HW);
-    group_channel_sums<V>(s1, s2, g, HW, [&](int j, float a, float b) {
-        store_partial(ws, s, S, C, g.c0 + j, from_sums(count, a, b));
+    group_channel_sums<V>(s1, s2, g, HW, [&](int j, float sa, float sb) {
+        store_partial(ws, s, S, C, g.c0 + j, from_sums(count, sa, sb));
     });
 }
 
@@ -592,25 +637,16 @@ __global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restric
                                                               float* __restrict__ ws, int N, int C, int HW, int group) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int U = kGroupGradLoads;
+    using P = bw::Pack<T, V>;
     const GroupSpan g = group_span<V>(C, HW, group);
     const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x;
     const bool active = t < g.packs;
-    float mu[V], sg[V], sgx[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        mu[k] = active ? mean[g.c0 + (t * V + k) / HW] : 0.0f;
-        sg[k] = 0.0f;
-        sgx[k] = 0.0f;
-    }
-    auto add = [&](const float (&gr)[V], const float (&f)[V]) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sg[k] += gr[k];
-            sgx[k] = fmaf(gr[k], f[k] - mu[k], sgx[k]);
-        }
-    };
+    int j0, split;
+    span_channels(t, V, HW, g.channels, j0, split);
+    const float mu_lo = active ? mean[g.c0 + j0] : 0.0f;
+    const float mu_hi = active && split < V ? mean[g.c0 + j0 + 1] : mu_lo;
+    float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum g, sum g * (x - mean)) of channel j0, of j0 + 1
     if (active) {
-        using P = bw::Pack<T, V>;
         const int step = S * g.image_packs;
         for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
             P graw[U], xraw[U];
@@ -625,22 +661,15 @@ __global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restric
                 }
             }
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (n + u * S < N) {
-                    float gr[V], f[V];
-#pragma unroll
-                    for (int k = 0; k < V; ++k) {
-                        gr[k] = (bits[u] >> k) & 1u ? bw::to_float(graw[u].v[k]) : 0.0f;
-                        f[k] = bw::to_float(xraw[u].v[k]);
-                    }
-                    add(gr, f);
-                }
-            }
+            for (int u = 0; u < U; ++u)
+                if (n + u * S < N) add_masked_grad<T, V>(graw[u], xraw[u], bits[u], split, mu_lo, mu_hi, a, b);
         }
     }
-    group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {
-        ws[s * C + g.c0 + j] = a;
-        ws[s * C + g.c0 + j + S * C] = b;
+    float sg[V], sgx[V];
+    by_element<V>(a, b, split, sg, sgx);
+    group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float sa, float sb) {
+        ws[s * C + g.c0 + j] = sa;
+        ws[s * C + g.c0 + j + S * C] = sb;
     });
 }
 

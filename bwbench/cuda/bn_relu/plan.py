@@ -84,12 +84,13 @@ def plane_group(c: int, hw: int, pack: int) -> int | None:
     per-channel walk is used instead.
 
     The group path is for planes no 16-byte pack divides (hw % pack != 0: 7x7, 14x14, any odd
-    plane), where the per-channel walk takes one element an access. A group's planes, side by side
-    in each image, must be whole packs from a pack boundary: groups are multiples of
-    `pack // gcd(hw, pack)` channels, and C a multiple of that too (so the last, shorter group ends
-    on one). A group's span is at most one pack a thread of the block; planes too large for even
-    one unit of channels keep the per-channel walk."""
-    if hw % pack == 0:
+    plane of at least a pack, so that a pack lies in at most two planes), where the per-channel
+    walk takes one element an access. A group's planes, side by side in each image, must be whole
+    packs from a pack boundary: groups are multiples of `pack // gcd(hw, pack)` channels, and C a
+    multiple of that too (so the last, shorter group ends on one). A group's span is at most one
+    pack a thread of the block; planes too large for even one unit of channels keep the
+    per-channel walk."""
+    if hw % pack == 0 or hw < pack:  # a pack in at most two planes: a thread keeps sums for two channels
         return None
     unit = pack // math.gcd(hw, pack)
     per_block = BLOCK * pack // hw // unit * unit
