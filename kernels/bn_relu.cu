@@ -397,14 +397,10 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 // ---------------------------------------------------------------------------------------------
 
 // Blocks an SM the one-launch group kernels' bounds ask for: 4 (64 registers) where every instance
-// compiles without spilling, 3 where R packs of x and of z (or of dy and x) need more.
+// compiles without spilling, 3 where R packs of x and of z need more (the backward, R packs of dy
+// and of x: 3).
 template <bool kResidual, int R>
 constexpr int kGroupFusedBlocks = !kResidual && R <= 4 ? 4 : 3;
-
-// The backward's: R packs of dy and of x take 80 registers (3 blocks); with the residual's dz the
-// float16 instance spilled at 80, so it takes 2 blocks an SM.
-template <bool kResidual>
-constexpr int kGroupFusedBwdBlocks = kResidual ? 2 : 3;
 
 template <typename T, bool kResidual, int R>
 __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_relu_fused_nchw_groups(
@@ -436,11 +432,9 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (active && s + r * S < N) add_shifted<T, V>(xp[r], split, lo, hi, a, b);
-        float s1[V], s2[V];
-        by_element<V>(a, b, split, s1, s2);
         const float count = static_cast<float>(split_images(N, s, S) * HW);
-        group_channel_sums<V>(s1, s2, g, HW, [&](int j, float a, float b) {
-            store_partial(ws, s, S, C, g.c0 + j, from_sums(count, a, b));
+        group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
+            store_partial(ws, s, S, C, g.c0 + j, from_sums(count, sa, sb));
         });
     }
     grid_sync(bar, gridDim.x * gridDim.y);
@@ -494,7 +488,7 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
 }
 
 template <typename T, bool kResidual, int R>
-__global__ void __launch_bounds__(kBlock, kGroupFusedBwdBlocks<kResidual>) bn_relu_backward_fused_nchw_groups(
+__global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nchw_groups(
         const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
         const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ gamma,
         float* __restrict__ dgamma, float* __restrict__ dbeta, T* __restrict__ dx, T* __restrict__ dz,
@@ -526,11 +520,9 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBwdBlocks<kResidual>) bn_re
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (active && s + r * S < N) add_masked_grad<T, V>(gp[r], xp[r], bits[r], split, mu_lo, mu_hi, a, b);
-        float sg[V], sgx[V];
-        by_element<V>(a, b, split, sg, sgx);
-        group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {
-            ws[s * C + g.c0 + j] = a;
-            ws[s * C + g.c0 + j + S * C] = b;
+        group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
+            ws[s * C + g.c0 + j] = sa;
+            ws[s * C + g.c0 + j + S * C] = sb;
         });
     }
     grid_sync(bar, gridDim.x * gridDim.y);

@@ -503,40 +503,6 @@ __device__ __forceinline__ GroupSpan group_span(int C, int HW, int group) {
 // Images of split s of S.
 __device__ __forceinline__ int split_images(int N, int s, int S) { return (N - s + S - 1) / S; }
 
-// Shared-memory slot of element e of a span, padded one float every 32: thread t's V stores (e = t *
-// V + k) and a warp's reads of consecutive e each fall in distinct banks.
-__device__ __forceinline__ int span_slot(int e) { return e + (e >> 5); }
-
-// Per-channel totals of two per-element sums a and b over the block's span (thread t holds elements
-// t * V .. t * V + V - 1; threads past the span hold nothing): warp w adds up channels w, w + 8, ...
-// of the group and lane 0 calls out(j, total a, total b) for channel j. Every thread calls it.
-template <int V, typename Out>
-__device__ __forceinline__ void group_channel_sums(const float (&a)[V], const float (&b)[V], const GroupSpan& g,
-                                                   int HW, Out out) {
-    constexpr int kSlots = kBlock * V + kBlock * V / 32;
-    __shared__ float sa[kSlots], sb[kSlots];
-    const int t = static_cast<int>(threadIdx.x);
-    if (t < g.packs) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sa[span_slot(t * V + k)] = a[k];
-            sb[span_slot(t * V + k)] = b[k];
-        }
-    }
-    __syncthreads();
-    const int lane = t & 31, warp = t >> 5;
-    for (int j = warp; j < g.channels; j += kBlock / 32) {
-        float ta = 0.0f, tb = 0.0f;
-        for (int e = j * HW + lane; e < (j + 1) * HW; e += 32) {
-            ta += sa[span_slot(e)];
-            tb += sb[span_slot(e)];
-        }
-        ta = warp_sum_strided(ta, 1);
-        tb = warp_sum_strided(tb, 1);
-        if (lane == 0) out(j, ta, tb);
-    }
-}
-
 // The group's channels of thread t's pack: j0 for its first `split` elements, j0 + 1 after.
 __device__ __forceinline__ void span_channels(int t, int V, int HW, int channels, int& j0, int& split) {
     j0 = min(t * V / HW, channels - 1);
@@ -580,18 +546,31 @@ __device__ __forceinline__ void add_masked_grad(const bw::Pack<T, V>& g, const b
     }
 }
 
-// A thread's two channels' sums as per-element arrays for group_channel_sums: channel j0's in
-// element 0, channel j0 + 1's in element V - 1 (which lies in it where split < V), zero elsewhere.
-template <int V>
-__device__ __forceinline__ void by_element(float2 a, float2 b, int split, float (&first)[V], float (&second)[V]) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        first[k] = k == 0 ? a.x : 0.0f;
-        second[k] = k == 0 ? a.y : 0.0f;
+// Per-channel totals of the pairs the block's threads hold (thread t, pack t of the span: a = its
+// first channel's, b = the next channel's where the pack crosses into it, else zero): warp w adds up
+// channels w, w + 8, ... of the group over the packs that overlap each, and lane 0 calls out(j, total
+// .x, total .y) for channel j. A pack overlapping channel j starts in it (its a) or in channel j - 1
+// (its b; H*W >= V). Every thread calls it; the order is fixed.
+template <int V, typename Out>
+__device__ __forceinline__ void group_pair_sums(float2 a, float2 b, const GroupSpan& g, int HW, Out out) {
+    __shared__ float2 first_sums[kBlock], second_sums[kBlock];
+    const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
+    if (t < g.packs) {
+        first_sums[t] = a;
+        second_sums[t] = b;
     }
-    if (split < V) {
-        first[V - 1] = b.x;
-        second[V - 1] = b.y;
+    __syncthreads();
+    for (int j = warp; j < g.channels; j += kBlock / 32) {
+        const int first = j * HW / V, last = ((j + 1) * HW - 1) / V;  // the packs overlapping channel j
+        float2 total = {0.0f, 0.0f};
+        for (int p = first + lane; p <= last; p += 32) {
+            const float2 v = p * V / HW == j ? first_sums[p] : second_sums[p];
+            total.x += v.x;
+            total.y += v.y;
+        }
+        total.x = warp_sum_strided(total.x, 1);
+        total.y = warp_sum_strided(total.y, 1);
+        if (lane == 0) out(j, total.x, total.y);
     }
 }
 
@@ -622,10 +601,8 @@ __global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __res
                 if (n + u * S < N) add_shifted<T, V>(raw[u], split, lo, hi, a, b);
         }
     }
-    float s1[V], s2[V];
-    by_element<V>(a, b, split, s1, s2);
     const float count = static_cast<float>(split_images(N, s, S) * HW);
-    group_channel_sums<V>(s1, s2, g, HW, [&](int j, float sa, float sb) {
+    group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
         store_partial(ws, s, S, C, g.c0 + j, from_sums(count, sa, sb));
     });
 }
@@ -665,9 +642,7 @@ __global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restric
                 if (n + u * S < N) add_masked_grad<T, V>(graw[u], xraw[u], bits[u], split, mu_lo, mu_hi, a, b);
         }
     }
-    float sg[V], sgx[V];
-    by_element<V>(a, b, split, sg, sgx);
-    group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float sa, float sb) {
+    group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
         ws[s * C + g.c0 + j] = sa;
         ws[s * C + g.c0 + j + S * C] = sb;
     });
