@@ -439,19 +439,13 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
     }
     grid_sync(bar, gridDim.x * gridDim.y);
 
-    // Phase B: this group's channels from all S partials, 32 channels a round: lane l takes channel
-    // first + l and warp w partials w, w + 8, ..., so a warp reads one partial of 32 consecutive
-    // channels (whole sectors; a warp per channel read one sector a lane, and every block of the
-    // group repeats the merge: 48 MB of L2 traffic for a 1.6 MB tensor at 32x512x7x7).
+    // Phase B: this group's channels from all S partials, 32 a round (merge_channel_round: whole
+    // sectors; a warp per channel read one sector a lane, and every block of the group repeats the
+    // merge: 48 MB of L2 traffic for a 1.6 MB tensor at 32x512x7x7).
     __shared__ FwdCoef group_coef[kBlock];  // group <= kBlock * V / HW <= kBlock channels (HW >= V)
-    for (int first = 0; first < g.channels; first += 32) {
-        const int j = first + lane;
-        Stat u = {0.0f, 0.0f, 0.0f};
-        if (j < g.channels) {
-            for (int p = warp; p < S; p += kBlock / 32) u = chan_merge(u, load_partial(ws, p, S, C, g.c0 + j));
-        }
-        u = block_merge(u, 32);  // thread t < 32: channel first + t
-        if (t < 32 && first + t < g.channels) {
+    for (int first = 0; first < g.channels; first += kChannelsPerRound) {
+        const Stat u = merge_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
+        if (t < kChannelsPerRound && first + t < g.channels) {
             const int c = g.c0 + first + t;
             const float m = bw::to_float(x[c * HW]) + u.mean, is = invstd_of(u, eps);
             group_coef[first + t] = FwdCoef{m, is * gamma[c], beta[c]};
@@ -528,18 +522,10 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nchw_groups(
     grid_sync(bar, gridDim.x * gridDim.y);
 
     __shared__ BwdCoef group_coef[kBlock];  // merged 32 channels a round, as in the forward's phase B
-    for (int first = 0; first < g.channels; first += 32) {
-        const int j = first + lane;
-        float sg = 0.0f, sgx = 0.0f;
-        if (j < g.channels) {
-            for (int p = warp; p < S; p += kBlock / 32) {
-                sg += __ldcg(ws + p * C + g.c0 + j);
-                sgx += __ldcg(ws + p * C + g.c0 + j + S * C);
-            }
-        }
-        sg = block_sum(sg, 32);  // thread t < 32: channel first + t
-        sgx = block_sum(sgx, 32);
-        if (t < 32 && first + t < g.channels) {
+    for (int first = 0; first < g.channels; first += kChannelsPerRound) {
+        const float2 sums = sum_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
+        const float sg = sums.x, sgx = sums.y;
+        if (t < kChannelsPerRound && first + t < g.channels) {
             const int c = g.c0 + first + t;
             const float is = invstd[c], dg = sgx * is;
             group_coef[first + t] = BwdCoef{mean[c], gamma[c] * is, sg * inv_m, dg * is * inv_m};

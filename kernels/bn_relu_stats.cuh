@@ -757,41 +757,60 @@ __device__ __forceinline__ float2 warp_sum_channel_partials(const float* __restr
     return make_float2(warp_sum_strided(sg, 1), warp_sum_strided(sgx, 1));
 }
 
-// With few partials (S of one to a few per lane) a block-wide tree per channel costs more than
-// the loads: WARPS = true gives each warp a channel (kBlock / 32 channels per block).
-constexpr int kChannelsPerWarpBlock = kBlock / 32;
-
-// The channel a finalize thread works on (WARPS: its warp's), and whether it writes the result.
-template <bool WARPS>
-__device__ __forceinline__ int finalize_channel() {
-    return WARPS ? static_cast<int>(blockIdx.x) * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5)
-                 : static_cast<int>(blockIdx.x);
+// The S partials of up to 32 consecutive channels c0, c0 + 1, ... (`count` of them) merged by the
+// whole block: lane l takes channel c0 + l and warp w partials w, w + 8, ..., so a warp reads one
+// partial of the 32 channels (whole sectors, where a warp per channel read one sector a lane), and
+// the warps' states merge in shared memory in a fixed order. Thread t < 32 gets channel c0 + t's
+// total. Every thread calls it (block barriers).
+__device__ __forceinline__ Stat merge_channel_round(const float* __restrict__ ws, int S, int C, int c0, int count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stat u = {0.0f, 0.0f, 0.0f};
+    if (lane < count) {
+        for (int p = warp; p < S; p += kBlock / 32) u = chan_merge(u, load_partial(ws, p, S, C, c0 + lane));
+    }
+    return block_merge(u, 32);
 }
 
-template <bool WARPS>
-__device__ __forceinline__ bool finalize_writer() {
-    return (threadIdx.x & (WARPS ? 31u : static_cast<unsigned>(kBlock - 1))) == 0;
+// merge_channel_round for the backward's two sums.
+__device__ __forceinline__ float2 sum_channel_round(const float* __restrict__ ws, int S, int C, int c0, int count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float sg = 0.0f, sgx = 0.0f;
+    if (lane < count) {
+        for (int p = warp; p < S; p += kBlock / 32) {
+            sg += __ldcg(ws + p * C + c0 + lane);
+            sgx += __ldcg(ws + p * C + c0 + lane + S * C);
+        }
+    }
+    const float a = block_sum(sg, 32);
+    return make_float2(a, block_sum(sgx, 32));
 }
 
-template <typename T, bool WARPS>
+// The finalize kernels. FEW (few partials: a block-wide tree per channel costs more than the
+// loads): a block merges 32 channels at once (merge_channel_round); otherwise a block per channel
+// (merge_channel_partials: its loads of many partials in flight together).
+constexpr int kChannelsPerRound = 32;
+
+template <typename T, bool FEW>
 __global__ void bn_stats_finalize(const float* __restrict__ ws, int S, const T* __restrict__ x, int shift_stride,
                                   float eps, float* __restrict__ mean, float* __restrict__ invstd, int C) {
-    const int c = finalize_channel<WARPS>();
-    if (WARPS && c >= C) return;  // the whole warp leaves; the warp path has no block barrier
-    const Stat t = WARPS ? warp_merge_channel_partials(ws, S, C, c) : merge_channel_partials(ws, S, C, c);
-    if (finalize_writer<WARPS>()) {
+    const int first = FEW ? static_cast<int>(blockIdx.x) * kChannelsPerRound : static_cast<int>(blockIdx.x);
+    const Stat t = FEW ? merge_channel_round(ws, S, C, first, min(kChannelsPerRound, C - first))
+                       : merge_channel_partials(ws, S, C, first);
+    const int c = first + (FEW ? static_cast<int>(threadIdx.x) : 0);
+    if (FEW ? (threadIdx.x < kChannelsPerRound && c < C) : threadIdx.x == 0) {
         mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
         invstd[c] = invstd_of(t, eps);
     }
 }
 
-template <bool WARPS>
+template <bool FEW>
 __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const float* __restrict__ invstd,
                                  float* __restrict__ dgamma, float* __restrict__ dbeta, int C) {
-    const int c = finalize_channel<WARPS>();
-    if (WARPS && c >= C) return;
-    const float2 t = WARPS ? warp_sum_channel_partials(ws, S, C, c) : sum_channel_partials(ws, S, C, c);
-    if (finalize_writer<WARPS>()) {
+    const int first = FEW ? static_cast<int>(blockIdx.x) * kChannelsPerRound : static_cast<int>(blockIdx.x);
+    const float2 t = FEW ? sum_channel_round(ws, S, C, first, min(kChannelsPerRound, C - first))
+                         : sum_channel_partials(ws, S, C, first);
+    const int c = first + (FEW ? static_cast<int>(threadIdx.x) : 0);
+    if (FEW ? (threadIdx.x < kChannelsPerRound && c < C) : threadIdx.x == 0) {
         dbeta[c] = t.x;
         dgamma[c] = t.y * invstd[c];
     }

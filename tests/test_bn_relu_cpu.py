@@ -197,6 +197,7 @@ def test_barrier_buffer_layout_matches_the_kernels():
     assert bn_relu.READY_FLAGS_AT >= bn_relu.BARRIER_WORDS
     assert int(constant("kMergeGroup")) == bn_relu.MERGE_GROUP
     assert int(constant("kMergeRound")) == bn_relu.MERGE_ROUND
+    assert int(constant("kChannelsPerRound")) == bn_relu.CHANNELS_PER_ROUND
 
 
 def test_reduction_grid_never_spills_into_a_second_wave():
@@ -447,11 +448,11 @@ def test_y_allowance_covers_one_rounding_of_each_term_and_no_more():
     assert mod._compare_terms("y", off, want, tol, terms) is not None
 
 
-def test_finalize_takes_a_warp_per_channel_only_for_few_partials():
-    from bwbench.cuda.bn_relu.plan import BLOCK, FEW_PARTIALS, finalize_grid
+def test_finalize_merges_32_channels_a_block_only_for_few_partials():
+    from bwbench.cuda.bn_relu.plan import FEW_PARTIALS, finalize_grid
 
-    assert finalize_grid(2048, 1) == (True, 2048 // (BLOCK // 32))
-    assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // (BLOCK // 32) + 1)
+    assert finalize_grid(2048, 1) == (True, 2048 // 32)
+    assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // 32 + 1)
     assert finalize_grid(256, 1056) == (False, 256)
 
 

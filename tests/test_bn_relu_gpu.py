@@ -168,12 +168,12 @@ def test_one_launch_and_three_kernel_paths_both_match_reference(shape, nchw, nhw
         assert ok, f"{case} fused={fused}: {message}"
 
 
-@pytest.mark.parametrize("few_partials", [0, 10**9], ids=["block-per-channel", "warp-per-channel"])
+@pytest.mark.parametrize("few_partials", [0, 10**9], ids=["block-per-channel", "channels-per-block"])
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("shape", [(3, 70, 5, 7), (8, 2048, 7, 7), (2, 9, 33, 31)], ids=lambda v: "x".join(map(str, v)))
 def test_both_finalize_kernels_match_reference(shape, layout, direction, few_partials, monkeypatch):
-    """The three-kernel path's finalize, forced to a block per channel and to a warp per channel
+    """The three-kernel path's finalize, forced to a block per channel and to 32 channels a block
     (whatever the partial count), passes the suite's check."""
     from bwbench.cuda.bn_relu import launch as launcher
     from bwbench.cuda.bn_relu import plan as planner
