@@ -396,36 +396,11 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 // at most two planes), at most R images a thread, and the grid resident at once.
 // ---------------------------------------------------------------------------------------------
 
-// The group's channels of thread t's pack: j0 for its first `split` elements, j0 + 1 after.
-__device__ __forceinline__ void span_channels(int t, int V, int HW, int channels, int& j0, int& split) {
-    j0 = min(t * V / HW, channels - 1);
-    split = min(V, (j0 + 1) * HW - t * V);
-}
-
-// A thread's two channels' sums as per-element arrays for group_channel_sums: channel j0's in
-// element 0, channel j0 + 1's in element V - 1 (which lies in it where split < V), zero elsewhere.
-template <int V>
-__device__ __forceinline__ void by_element(float2 a, float2 b, int split, float (&first)[V], float (&second)[V]) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        first[k] = k == 0 ? a.x : 0.0f;
-        second[k] = k == 0 ? a.y : 0.0f;
-    }
-    if (split < V) {
-        first[V - 1] = b.x;
-        second[V - 1] = b.y;
-    }
-}
-
 // Blocks an SM the one-launch group kernels' bounds ask for: 4 (64 registers) where every instance
-// compiles without spilling, 3 where R packs of x and of z (or of dy and x) need more.
+// compiles without spilling, 3 where R packs of x and of z need more (the backward, R packs of dy
+// and of x: 3).
 template <bool kResidual, int R>
 constexpr int kGroupFusedBlocks = !kResidual && R <= 4 ? 4 : 3;
-
-// The backward's: R packs of dy and of x take 80 registers (3 blocks); with the residual's dz the
-// float16 instance spilled at 80, so it takes 2 blocks an SM.
-template <bool kResidual>
-constexpr int kGroupFusedBwdBlocks = kResidual ? 2 : 3;
 
 template <typename T, bool kResidual, int R>
 __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_relu_fused_nchw_groups(
@@ -450,43 +425,30 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
             if constexpr (kResidual) zp[r] = *reinterpret_cast<const P*>(z + (p0 + r * step) * V);
         }
     }
-    {  // phase A: per-element shifted sums, added up per channel
+    {  // phase A: shifted sums of the thread's two channels, added up per channel
         const float lo = active ? bw::to_float(x[(g.c0 + j0) * HW]) : 0.0f;
         const float hi = active && split < V ? bw::to_float(x[(g.c0 + j0 + 1) * HW]) : lo;
         float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum, sum of squares) of channel j0, of j0 + 1
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (active && s + r * S < N) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const float d = bw::to_float(xp[r].v[k]) - (k < split ? lo : hi);
-                    if (k < split) {  // predicated: a reference chosen at run time would put a and b on the stack
-                        a.x += d;
-                        a.y = fmaf(d, d, a.y);
-                    } else {
-                        b.x += d;
-                        b.y = fmaf(d, d, b.y);
-                    }
-                }
-            }
-        }
-        float s1[V], s2[V];
-        by_element<V>(a, b, split, s1, s2);
+        for (int r = 0; r < R; ++r)
+            if (active && s + r * S < N) add_shifted<T, V>(xp[r], split, lo, hi, a, b);
         const float count = static_cast<float>(split_images(N, s, S) * HW);
-        group_channel_sums<V>(s1, s2, g, HW, [&](int j, float a, float b) {
-            store_partial(ws, s, S, C, g.c0 + j, from_sums(count, a, b));
+        group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
+            store_partial(ws, s, S, C, g.c0 + j, from_sums(count, sa, sb));
         });
     }
     grid_sync(bar, gridDim.x * gridDim.y);
 
-    // Phase B: this group's channels, a warp each, from all S partials.
+    // Phase B: this group's channels from all S partials, 32 a round (merge_channel_round: whole
+    // sectors; a warp per channel read one sector a lane, and every block of the group repeats the
+    // merge: 48 MB of L2 traffic for a 1.6 MB tensor at 32x512x7x7).
     __shared__ FwdCoef group_coef[kBlock];  // group <= kBlock * V / HW <= kBlock channels (HW >= V)
-    for (int j = warp; j < g.channels; j += kBlock / 32) {
-        const int c = g.c0 + j;
-        const Stat u = warp_merge_channel_partials(ws, S, C, c);
-        if (lane == 0) {
+    for (int first = 0; first < g.channels; first += kChannelsPerRound) {
+        const Stat u = merge_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
+        if (t < kChannelsPerRound && first + t < g.channels) {
+            const int c = g.c0 + first + t;
             const float m = bw::to_float(x[c * HW]) + u.mean, is = invstd_of(u, eps);
-            group_coef[j] = FwdCoef{m, is * gamma[c], beta[c]};
+            group_coef[first + t] = FwdCoef{m, is * gamma[c], beta[c]};
             if (s == 0) {
                 mean[c] = m;
                 invstd[c] = is;
@@ -520,7 +482,7 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
 }
 
 template <typename T, bool kResidual, int R>
-__global__ void __launch_bounds__(kBlock, kGroupFusedBwdBlocks<kResidual>) bn_relu_backward_fused_nchw_groups(
+__global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nchw_groups(
         const T* __restrict__ dy, const unsigned char* __restrict__ mask, int mask_bytes, const T* __restrict__ x,
         const float* __restrict__ mean, const float* __restrict__ invstd, const float* __restrict__ gamma,
         float* __restrict__ dgamma, float* __restrict__ dbeta, T* __restrict__ dx, T* __restrict__ dz,
@@ -550,39 +512,25 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBwdBlocks<kResidual>) bn_re
     {  // phase A: sums of g and g * (x - mean), g = dy where the mask bit is set
         float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum g, sum g * (x - mean)) of channel j0, of j0 + 1
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (active && s + r * S < N) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const float gr = (bits[r] >> k) & 1u ? bw::to_float(gp[r].v[k]) : 0.0f;
-                    if (k < split) {
-                        a.x += gr;
-                        a.y = fmaf(gr, bw::to_float(xp[r].v[k]) - mu_lo, a.y);
-                    } else {
-                        b.x += gr;
-                        b.y = fmaf(gr, bw::to_float(xp[r].v[k]) - mu_hi, b.y);
-                    }
-                }
-            }
-        }
-        float sg[V], sgx[V];
-        by_element<V>(a, b, split, sg, sgx);
-        group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {
-            ws[s * C + g.c0 + j] = a;
-            ws[s * C + g.c0 + j + S * C] = b;
+        for (int r = 0; r < R; ++r)
+            if (active && s + r * S < N) add_masked_grad<T, V>(gp[r], xp[r], bits[r], split, mu_lo, mu_hi, a, b);
+        group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
+            ws[s * C + g.c0 + j] = sa;
+            ws[s * C + g.c0 + j + S * C] = sb;
         });
     }
     grid_sync(bar, gridDim.x * gridDim.y);
 
-    __shared__ BwdCoef group_coef[kBlock];
-    for (int j = warp; j < g.channels; j += kBlock / 32) {
-        const int c = g.c0 + j;
-        const float2 sums = warp_sum_channel_partials(ws, S, C, c);
-        if (lane == 0) {
-            const float is = invstd[c], dg = sums.y * is;
-            group_coef[j] = BwdCoef{mean[c], gamma[c] * is, sums.x * inv_m, dg * is * inv_m};
+    __shared__ BwdCoef group_coef[kBlock];  // merged 32 channels a round, as in the forward's phase B
+    for (int first = 0; first < g.channels; first += kChannelsPerRound) {
+        const float2 sums = sum_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
+        const float sg = sums.x, sgx = sums.y;
+        if (t < kChannelsPerRound && first + t < g.channels) {
+            const int c = g.c0 + first + t;
+            const float is = invstd[c], dg = sgx * is;
+            group_coef[first + t] = BwdCoef{mean[c], gamma[c] * is, sg * inv_m, dg * is * inv_m};
             if (s == 0) {
-                dbeta[c] = sums.x;
+                dbeta[c] = sg;
                 dgamma[c] = dg;
             }
         }

@@ -472,9 +472,9 @@ __global__ void bn_grad_nhwc(const T* __restrict__ dy, const unsigned char* __re
 // above would take one element an access there. Instead a block owns a group of consecutive
 // channels whose planes, side by side in every image, span a whole number of packs (group * HW % V
 // == 0 and C % group-unit == 0, the host's plane_group), at most one pack a thread. Thread t takes
-// pack t of the span in each image of its split, so each of its V elements stays in one channel
-// through the walk and keeps sums of its own; the block then adds them up channel by channel
-// through shared memory, in a fixed order. Grid (groups, S): S splits of the N images (image n
+// pack t of the span in each image of its split, so its elements stay in the same one or two
+// channels (H*W >= V) through the walk, and it keeps sums for those two; the block then adds them
+// up channel by channel through shared memory, in a fixed order. Grid (groups, S): S splits of the N images (image n
 // goes to split n % S). Partials go to ws exactly as the per-channel kernels write them, so the
 // finalize kernels and the elementwise passes are shared.
 // ---------------------------------------------------------------------------------------------
@@ -503,37 +503,74 @@ __device__ __forceinline__ GroupSpan group_span(int C, int HW, int group) {
 // Images of split s of S.
 __device__ __forceinline__ int split_images(int N, int s, int S) { return (N - s + S - 1) / S; }
 
-// Shared-memory slot of element e of a span, padded one float every 32: thread t's V stores (e = t *
-// V + k) and a warp's reads of consecutive e each fall in distinct banks.
-__device__ __forceinline__ int span_slot(int e) { return e + (e >> 5); }
+// The group's channels of thread t's pack: j0 for its first `split` elements, j0 + 1 after.
+__device__ __forceinline__ void span_channels(int t, int V, int HW, int channels, int& j0, int& split) {
+    j0 = min(t * V / HW, channels - 1);
+    split = min(V, (j0 + 1) * HW - t * V);
+}
 
-// Per-channel totals of two per-element sums a and b over the block's span (thread t holds elements
-// t * V .. t * V + V - 1; threads past the span hold nothing): warp w adds up channels w, w + 8, ...
-// of the group and lane 0 calls out(j, total a, total b) for channel j. Every thread calls it.
-template <int V, typename Out>
-__device__ __forceinline__ void group_channel_sums(const float (&a)[V], const float (&b)[V], const GroupSpan& g,
-                                                   int HW, Out out) {
-    constexpr int kSlots = kBlock * V + kBlock * V / 32;
-    __shared__ float sa[kSlots], sb[kSlots];
-    const int t = static_cast<int>(threadIdx.x);
-    if (t < g.packs) {
+// One raw pack's values shifted by their channel's first element into (sum, sum of squares) of the
+// thread's two channels.
+template <typename T, int V>
+__device__ __forceinline__ void add_shifted(const bw::Pack<T, V>& raw, int split, float lo, float hi, float2& a,
+                                            float2& b) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sa[span_slot(t * V + k)] = a[k];
-            sb[span_slot(t * V + k)] = b[k];
+    for (int k = 0; k < V; ++k) {
+        if (k < split) {  // predicated: a reference chosen at run time would put a and b on the stack
+            const float d = bw::to_float(raw.v[k]) - lo;
+            a.x += d;
+            a.y = fmaf(d, d, a.y);
+        } else {
+            const float d = bw::to_float(raw.v[k]) - hi;
+            b.x += d;
+            b.y = fmaf(d, d, b.y);
         }
     }
-    __syncthreads();
-    const int lane = t & 31, warp = t >> 5;
-    for (int j = warp; j < g.channels; j += kBlock / 32) {
-        float ta = 0.0f, tb = 0.0f;
-        for (int e = j * HW + lane; e < (j + 1) * HW; e += 32) {
-            ta += sa[span_slot(e)];
-            tb += sb[span_slot(e)];
+}
+
+// One pack of dy (zeroed where the mask bit is 0) and x into (sum g, sum g * (x - mean)) of the
+// thread's two channels.
+template <typename T, int V>
+__device__ __forceinline__ void add_masked_grad(const bw::Pack<T, V>& g, const bw::Pack<T, V>& x, unsigned bits,
+                                                int split, float mu_lo, float mu_hi, float2& a, float2& b) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const float gr = (bits >> k) & 1u ? bw::to_float(g.v[k]) : 0.0f;
+        if (k < split) {
+            a.x += gr;
+            a.y = fmaf(gr, bw::to_float(x.v[k]) - mu_lo, a.y);
+        } else {
+            b.x += gr;
+            b.y = fmaf(gr, bw::to_float(x.v[k]) - mu_hi, b.y);
         }
-        ta = warp_sum_strided(ta, 1);
-        tb = warp_sum_strided(tb, 1);
-        if (lane == 0) out(j, ta, tb);
+    }
+}
+
+// Per-channel totals of the pairs the block's threads hold (thread t, pack t of the span: a = its
+// first channel's, b = the next channel's where the pack crosses into it, else zero): warp w adds up
+// channels w, w + 8, ... of the group over the packs that overlap each, and lane 0 calls out(j, total
+// .x, total .y) for channel j. A pack overlapping channel j starts in it (its a) or in channel j - 1
+// (its b; H*W >= V). Every thread calls it; the order is fixed.
+template <int V, typename Out>
+__device__ __forceinline__ void group_pair_sums(float2 a, float2 b, const GroupSpan& g, int HW, Out out) {
+    __shared__ float2 first_sums[kBlock], second_sums[kBlock];
+    const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
+    if (t < g.packs) {
+        first_sums[t] = a;
+        second_sums[t] = b;
+    }
+    __syncthreads();
+    for (int j = warp; j < g.channels; j += kBlock / 32) {
+        const int first = j * HW / V, last = ((j + 1) * HW - 1) / V;  // the packs overlapping channel j
+        float2 total = {0.0f, 0.0f};
+        for (int p = first + lane; p <= last; p += 32) {
+            const float2 v = p * V / HW == j ? first_sums[p] : second_sums[p];
+            total.x += v.x;
+            total.y += v.y;
+        }
+        total.x = warp_sum_strided(total.x, 1);
+        total.y = warp_sum_strided(total.y, 1);
+        if (lane == 0) out(j, total.x, total.y);
     }
 }
 
@@ -542,26 +579,17 @@ __global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __res
                                                                int N, int C, int HW, int group) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int U = kGroupStatsLoads;
+    using P = bw::Pack<T, V>;
     const GroupSpan g = group_span<V>(C, HW, group);
     const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x;
     const bool active = t < g.packs;
-    float shift[V], s1[V], s2[V];  // the shift of element k's channel: its first element, as the finalize adds back
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        shift[k] = active ? bw::to_float(x[(g.c0 + (t * V + k) / HW) * HW]) : 0.0f;
-        s1[k] = 0.0f;
-        s2[k] = 0.0f;
-    }
-    auto add = [&](const float (&f)[V]) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            const float d = f[k] - shift[k];
-            s1[k] += d;
-            s2[k] = fmaf(d, d, s2[k]);
-        }
-    };
+    int j0, split;
+    span_channels(t, V, HW, g.channels, j0, split);
+    // each channel's shift: its first element, as the finalize adds back
+    const float lo = active ? bw::to_float(x[(g.c0 + j0) * HW]) : 0.0f;
+    const float hi = active && split < V ? bw::to_float(x[(g.c0 + j0 + 1) * HW]) : lo;
+    float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum, sum of squares) of channel j0, of j0 + 1
     if (active) {
-        using P = bw::Pack<T, V>;
         const int step = S * g.image_packs;
         for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
             P raw[U];
@@ -569,19 +597,13 @@ __global__ void __launch_bounds__(kBlock, 4) bn_stats_nchw_groups(const T* __res
             for (int u = 0; u < U; ++u)
                 if (n + u * S < N) raw[u] = *reinterpret_cast<const P*>(x + (p + u * step) * V);
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (n + u * S < N) {
-                    float f[V];
-#pragma unroll
-                    for (int k = 0; k < V; ++k) f[k] = bw::to_float(raw[u].v[k]);
-                    add(f);
-                }
-            }
+            for (int u = 0; u < U; ++u)
+                if (n + u * S < N) add_shifted<T, V>(raw[u], split, lo, hi, a, b);
         }
     }
     const float count = static_cast<float>(split_images(N, s, S) * HW);
-    group_channel_sums<V>(s1, s2, g, HW, [&](int j, float a, float b) {
-        store_partial(ws, s, S, C, g.c0 + j, from_sums(count, a, b));
+    group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
+        store_partial(ws, s, S, C, g.c0 + j, from_sums(count, sa, sb));
     });
 }
 
@@ -592,25 +614,16 @@ __global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restric
                                                               float* __restrict__ ws, int N, int C, int HW, int group) {
     constexpr int V = bw::Pack16<T>::size;
     constexpr int U = kGroupGradLoads;
+    using P = bw::Pack<T, V>;
     const GroupSpan g = group_span<V>(C, HW, group);
     const int s = blockIdx.y, S = gridDim.y, t = threadIdx.x;
     const bool active = t < g.packs;
-    float mu[V], sg[V], sgx[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        mu[k] = active ? mean[g.c0 + (t * V + k) / HW] : 0.0f;
-        sg[k] = 0.0f;
-        sgx[k] = 0.0f;
-    }
-    auto add = [&](const float (&gr)[V], const float (&f)[V]) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sg[k] += gr[k];
-            sgx[k] = fmaf(gr[k], f[k] - mu[k], sgx[k]);
-        }
-    };
+    int j0, split;
+    span_channels(t, V, HW, g.channels, j0, split);
+    const float mu_lo = active ? mean[g.c0 + j0] : 0.0f;
+    const float mu_hi = active && split < V ? mean[g.c0 + j0 + 1] : mu_lo;
+    float2 a = {0.0f, 0.0f}, b = {0.0f, 0.0f};  // (sum g, sum g * (x - mean)) of channel j0, of j0 + 1
     if (active) {
-        using P = bw::Pack<T, V>;
         const int step = S * g.image_packs;
         for (int n = s, p = s * g.image_packs + g.first_pack + t; n < N; n += U * S, p += U * step) {
             P graw[U], xraw[U];
@@ -625,22 +638,13 @@ __global__ void __launch_bounds__(kBlock) bn_grad_nchw_groups(const T* __restric
                 }
             }
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (n + u * S < N) {
-                    float gr[V], f[V];
-#pragma unroll
-                    for (int k = 0; k < V; ++k) {
-                        gr[k] = (bits[u] >> k) & 1u ? bw::to_float(graw[u].v[k]) : 0.0f;
-                        f[k] = bw::to_float(xraw[u].v[k]);
-                    }
-                    add(gr, f);
-                }
-            }
+            for (int u = 0; u < U; ++u)
+                if (n + u * S < N) add_masked_grad<T, V>(graw[u], xraw[u], bits[u], split, mu_lo, mu_hi, a, b);
         }
     }
-    group_channel_sums<V>(sg, sgx, g, HW, [&](int j, float a, float b) {
-        ws[s * C + g.c0 + j] = a;
-        ws[s * C + g.c0 + j + S * C] = b;
+    group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
+        ws[s * C + g.c0 + j] = sa;
+        ws[s * C + g.c0 + j + S * C] = sb;
     });
 }
 
@@ -753,41 +757,60 @@ __device__ __forceinline__ float2 warp_sum_channel_partials(const float* __restr
     return make_float2(warp_sum_strided(sg, 1), warp_sum_strided(sgx, 1));
 }
 
-// With few partials (S of one to a few per lane) a block-wide tree per channel costs more than
-// the loads: WARPS = true gives each warp a channel (kBlock / 32 channels per block).
-constexpr int kChannelsPerWarpBlock = kBlock / 32;
-
-// The channel a finalize thread works on (WARPS: its warp's), and whether it writes the result.
-template <bool WARPS>
-__device__ __forceinline__ int finalize_channel() {
-    return WARPS ? static_cast<int>(blockIdx.x) * kChannelsPerWarpBlock + static_cast<int>(threadIdx.x >> 5)
-                 : static_cast<int>(blockIdx.x);
+// The S partials of up to 32 consecutive channels c0, c0 + 1, ... (`count` of them) merged by the
+// whole block: lane l takes channel c0 + l and warp w partials w, w + 8, ..., so a warp reads one
+// partial of the 32 channels (whole sectors, where a warp per channel read one sector a lane), and
+// the warps' states merge in shared memory in a fixed order. Thread t < 32 gets channel c0 + t's
+// total. Every thread calls it (block barriers).
+__device__ __forceinline__ Stat merge_channel_round(const float* __restrict__ ws, int S, int C, int c0, int count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stat u = {0.0f, 0.0f, 0.0f};
+    if (lane < count) {
+        for (int p = warp; p < S; p += kBlock / 32) u = chan_merge(u, load_partial(ws, p, S, C, c0 + lane));
+    }
+    return block_merge(u, 32);
 }
 
-template <bool WARPS>
-__device__ __forceinline__ bool finalize_writer() {
-    return (threadIdx.x & (WARPS ? 31u : static_cast<unsigned>(kBlock - 1))) == 0;
+// merge_channel_round for the backward's two sums.
+__device__ __forceinline__ float2 sum_channel_round(const float* __restrict__ ws, int S, int C, int c0, int count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float sg = 0.0f, sgx = 0.0f;
+    if (lane < count) {
+        for (int p = warp; p < S; p += kBlock / 32) {
+            sg += __ldcg(ws + p * C + c0 + lane);
+            sgx += __ldcg(ws + p * C + c0 + lane + S * C);
+        }
+    }
+    const float a = block_sum(sg, 32);
+    return make_float2(a, block_sum(sgx, 32));
 }
 
-template <typename T, bool WARPS>
+// The finalize kernels. FEW (few partials: a block-wide tree per channel costs more than the
+// loads): a block merges 32 channels at once (merge_channel_round); otherwise a block per channel
+// (merge_channel_partials: its loads of many partials in flight together).
+constexpr int kChannelsPerRound = 32;
+
+template <typename T, bool FEW>
 __global__ void bn_stats_finalize(const float* __restrict__ ws, int S, const T* __restrict__ x, int shift_stride,
                                   float eps, float* __restrict__ mean, float* __restrict__ invstd, int C) {
-    const int c = finalize_channel<WARPS>();
-    if (WARPS && c >= C) return;  // the whole warp leaves; the warp path has no block barrier
-    const Stat t = WARPS ? warp_merge_channel_partials(ws, S, C, c) : merge_channel_partials(ws, S, C, c);
-    if (finalize_writer<WARPS>()) {
+    const int first = FEW ? static_cast<int>(blockIdx.x) * kChannelsPerRound : static_cast<int>(blockIdx.x);
+    const Stat t = FEW ? merge_channel_round(ws, S, C, first, min(kChannelsPerRound, C - first))
+                       : merge_channel_partials(ws, S, C, first);
+    const int c = first + (FEW ? static_cast<int>(threadIdx.x) : 0);
+    if (FEW ? (threadIdx.x < kChannelsPerRound && c < C) : threadIdx.x == 0) {
         mean[c] = bw::to_float(x[static_cast<i64>(c) * shift_stride]) + t.mean;
         invstd[c] = invstd_of(t, eps);
     }
 }
 
-template <bool WARPS>
+template <bool FEW>
 __global__ void bn_grad_finalize(const float* __restrict__ ws, int S, const float* __restrict__ invstd,
                                  float* __restrict__ dgamma, float* __restrict__ dbeta, int C) {
-    const int c = finalize_channel<WARPS>();
-    if (WARPS && c >= C) return;
-    const float2 t = WARPS ? warp_sum_channel_partials(ws, S, C, c) : sum_channel_partials(ws, S, C, c);
-    if (finalize_writer<WARPS>()) {
+    const int first = FEW ? static_cast<int>(blockIdx.x) * kChannelsPerRound : static_cast<int>(blockIdx.x);
+    const float2 t = FEW ? sum_channel_round(ws, S, C, first, min(kChannelsPerRound, C - first))
+                         : sum_channel_partials(ws, S, C, first);
+    const int c = first + (FEW ? static_cast<int>(threadIdx.x) : 0);
+    if (FEW ? (threadIdx.x < kChannelsPerRound && c < C) : threadIdx.x == 0) {
         dbeta[c] = t.x;
         dgamma[c] = t.y * invstd[c];
     }

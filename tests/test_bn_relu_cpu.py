@@ -197,6 +197,7 @@ def test_barrier_buffer_layout_matches_the_kernels():
     assert bn_relu.READY_FLAGS_AT >= bn_relu.BARRIER_WORDS
     assert int(constant("kMergeGroup")) == bn_relu.MERGE_GROUP
     assert int(constant("kMergeRound")) == bn_relu.MERGE_ROUND
+    assert int(constant("kChannelsPerRound")) == bn_relu.CHANNELS_PER_ROUND
 
 
 def test_reduction_grid_never_spills_into_a_second_wave():
@@ -277,8 +278,8 @@ def test_nhwc_reduction_walk_covers_each_channel_once(shape, v):
     assert (count == 1).all()
 
 
-@pytest.mark.parametrize("c,hw,pack", [(2048, 49, 8), (1024, 196, 8), (64, 49, 4), (24, 1, 8), (16, 9, 8),
-                                         (12, 6, 8), (1000, 15, 4), (8, 255, 8)])
+@pytest.mark.parametrize("c,hw,pack", [(2048, 49, 8), (1024, 196, 8), (64, 49, 4), (16, 9, 8), (12, 6, 4),
+                                         (1000, 15, 4), (8, 255, 8)])
 def test_plane_group_spans_whole_packs_within_a_block(c, hw, pack):
     group = bn_relu.plane_group(c, hw, pack)
     assert group is not None and 0 < group <= c
@@ -287,10 +288,11 @@ def test_plane_group_spans_whole_packs_within_a_block(c, hw, pack):
     assert group == c or (group + pack) * hw > bn_relu.BLOCK * pack  # as large as a block holds
 
 
-@pytest.mark.parametrize("c,hw,pack", [(256, 196, 4), (64, 3136, 8), (37, 99, 8), (30, 49, 4), (8, 257, 8)])
+@pytest.mark.parametrize("c,hw,pack", [(256, 196, 4), (64, 3136, 8), (37, 99, 8), (30, 49, 4), (8, 257, 8),
+                                         (24, 1, 8), (12, 6, 8)])
 def test_plane_group_leaves_whole_pack_planes_and_misfits_to_the_channel_walk(c, hw, pack):
-    # planes of whole packs keep the per-channel walk; C off the group unit, or a unit of channels
-    # wider than a block, has no group
+    # planes of whole packs keep the per-channel walk; C off the group unit, a unit of channels
+    # wider than a block, or planes under a pack (a pack over three planes or more), has no group
     assert bn_relu.plane_group(c, hw, pack) is None
 
 
@@ -302,22 +304,27 @@ def test_group_grid_fills_one_wave_with_image_splits():
 
 
 def _group_walk(n, c, hw, v, group, splits):
-    """(offset, channel the kernel credits it to) for every element bn_stats_nchw_groups visits."""
+    """(offset, channel the kernel credits it to) for every element bn_stats_nchw_groups visits: thread
+    t's pack holds channel j0 of the group for its first `split` elements, j0 + 1 after
+    (bnr::span_channels)."""
     image_packs = c * hw // v
     out = []
     for g in range(-(-c // group)):
         c0 = g * group
-        packs = min(group, c - c0) * hw // v
+        channels = min(group, c - c0)
+        packs = channels * hw // v
         for s in range(splits):
             for t in range(packs):
+                j0 = min(t * v // hw, channels - 1)
+                split = min(v, (j0 + 1) * hw - t * v)
                 for img in range(s, n, splits):
                     p = img * image_packs + c0 * hw // v + t
-                    out += [(p * v + k, c0 + (t * v + k) // hw) for k in range(v)]
+                    out += [(p * v + k, c0 + j0 + (k >= split)) for k in range(v)]
     return np.array(out)
 
 
-@pytest.mark.parametrize("shape,v", [((3, 64, 7, 7), 8), ((5, 26, 14, 14), 8), ((2, 24, 1, 1), 8),
-                                     ((7, 12, 2, 3), 8), ((4, 20, 7, 7), 4)])
+@pytest.mark.parametrize("shape,v", [((3, 64, 7, 7), 8), ((5, 26, 14, 14), 8), ((2, 24, 3, 3), 8),
+                                     ((7, 12, 2, 3), 4), ((4, 20, 7, 7), 4)])
 def test_nchw_group_walk_covers_each_element_once_in_its_own_channel(shape, v):
     n, c, h, w = shape
     group = bn_relu.plane_group(c, h * w, v)
@@ -441,11 +448,11 @@ def test_y_allowance_covers_one_rounding_of_each_term_and_no_more():
     assert mod._compare_terms("y", off, want, tol, terms) is not None
 
 
-def test_finalize_takes_a_warp_per_channel_only_for_few_partials():
-    from bwbench.cuda.bn_relu.plan import BLOCK, FEW_PARTIALS, finalize_grid
+def test_finalize_merges_32_channels_a_block_only_for_few_partials():
+    from bwbench.cuda.bn_relu.plan import FEW_PARTIALS, finalize_grid
 
-    assert finalize_grid(2048, 1) == (True, 2048 // (BLOCK // 32))
-    assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // (BLOCK // 32) + 1)
+    assert finalize_grid(2048, 1) == (True, 2048 // 32)
+    assert finalize_grid(2049, FEW_PARTIALS) == (True, 2049 // 32 + 1)
     assert finalize_grid(256, 1056) == (False, 256)
 
 
@@ -534,3 +541,24 @@ def test_group_kernels_are_declared_for_each_direction_and_instance():
                 names = bn_relu.group_fused_kernels(direction, ctype, residual)
                 assert set(names) == set(bn_relu.GROUP_IMAGES[(direction, residual)])
                 assert all(name in bn_relu.KERNELS for name in names.values())
+
+
+def test_one_launch_wins_is_timed_once_and_never_during_capture(monkeypatch):
+    """The first call of a shape times both paths (the faster is kept, ties to the one launch);
+    later calls and graph capture time nothing."""
+    monkeypatch.setattr(_launch, "_GROUP_TIMED", {})
+    times = {"one": 5.0, "three": 4.0}
+    timed = []
+    monkeypatch.setattr(_launch, "cold_launch_us", lambda fn, device: timed.append(fn()) or times[timed[-1]])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    key = _launch._group_key("forward", "half_t", False, 0, (32, 512, 7, 7))
+    assert _launch._one_launch_wins(key, lambda: "one", lambda: "three", 0) is False
+    assert _launch._one_launch_wins(key, lambda: "one", lambda: "three", 0) is False
+    assert timed == ["one", "three"]
+    times["three"] = 5.0
+    other = _launch._group_key("backward", "half_t", False, 0, (32, 512, 7, 7))
+    assert _launch._one_launch_wins(other, lambda: "one", lambda: "three", 0) is True  # a tie keeps one launch
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    fresh = _launch._group_key("forward", "float", True, 0, (8, 64, 5, 5))
+    assert _launch._one_launch_wins(fresh, lambda: "one", lambda: "three", 0) is True
+    assert fresh not in _launch._GROUP_TIMED and len(timed) == 4

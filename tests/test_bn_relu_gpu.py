@@ -168,12 +168,12 @@ def test_one_launch_and_three_kernel_paths_both_match_reference(shape, nchw, nhw
         assert ok, f"{case} fused={fused}: {message}"
 
 
-@pytest.mark.parametrize("few_partials", [0, 10**9], ids=["block-per-channel", "warp-per-channel"])
+@pytest.mark.parametrize("few_partials", [0, 10**9], ids=["block-per-channel", "channels-per-block"])
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("shape", [(3, 70, 5, 7), (8, 2048, 7, 7), (2, 9, 33, 31)], ids=lambda v: "x".join(map(str, v)))
 def test_both_finalize_kernels_match_reference(shape, layout, direction, few_partials, monkeypatch):
-    """The three-kernel path's finalize, forced to a block per channel and to a warp per channel
+    """The three-kernel path's finalize, forced to a block per channel and to 32 channels a block
     (whatever the partial count), passes the suite's check."""
     from bwbench.cuda.bn_relu import launch as launcher
     from bwbench.cuda.bn_relu import plan as planner
@@ -273,8 +273,9 @@ FUSED_GROUP_SHAPES = [(67, 64, 7, 7), (2, 2048, 7, 7), (3, 96, 7, 7), (9, 64, 5,
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", FUSED_GROUP_SHAPES, ids=lambda v: "x".join(map(str, v)))
 def test_one_launch_group_kernels_match_reference(shape, dtype, direction, variant, monkeypatch):
-    """Where reads_once says so the one-launch group kernel runs (and fused=True takes it); it and
-    the three kernels (fused=False) both pass the suite's check on fresh inputs into poisoned outputs."""
+    """Where reads_once says so the one-launch group kernel can run (fused=None, the first-use timing
+    set to keep it, and fused=True); it and the three kernels (fused=False) both pass the suite's
+    check on fresh inputs into poisoned outputs."""
     from bwbench.cuda.bn_relu import launch as launcher
 
     residual = variant == "bn_add_relu"
@@ -282,8 +283,9 @@ def test_one_launch_group_kernels_match_reference(shape, dtype, direction, varia
     if shape == (2, 2048, 7, 7) and dtype == "float16" and not residual:
         assert expected, "the 7x7 planes of ResNet-50's last stage take one launch"
     ran = []
-    one_launch = launcher._one_launch_groups
-    monkeypatch.setattr(launcher, "_one_launch_groups", lambda *a, **k: ran.append(one_launch(*a, **k)) or ran[-1])
+    run_groups = launcher._run_groups
+    monkeypatch.setattr(launcher, "_run_groups", lambda *a, **k: ran.append(True) or run_groups(*a, **k))
+    monkeypatch.setattr(launcher, "_one_launch_wins", lambda *a, **k: True)  # the path under test, untimed
     case = _case(direction, variant, shape, "NCHW", dtype)
     inputs = _inputs(case, seed=sum(shape) + 11)
     for fused in (None, True, False):
@@ -298,10 +300,37 @@ def test_one_launch_group_kernels_match_reference(shape, dtype, direction, varia
             out = launcher.bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"],
                                             inputs["invstd"], inputs["gamma"], residual=residual, fused=fused)
         torch.cuda.synchronize()
-        asked = (shape[2] * shape[3]) % (16 // inputs["x"].element_size()) != 0  # planes no pack divides
-        assert ran == ([expected and fused is not False] if asked else []), (fused, ran)
+        assert ran == ([True] if expected and fused is not False else []), (fused, ran)
         ok, message = MOD.check(case, inputs, out)
         assert ok, f"{case} fused={fused}: {message}"
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_first_use_timing_keeps_one_path_and_the_byte_model_follows(direction, monkeypatch):
+    """fused=None at a shape both paths take: the first call times the one launch against the three
+    kernels once, keeps the faster (reads_once then says which), and every call passes the check."""
+    from bwbench.cuda.bn_relu import launch as launcher
+
+    monkeypatch.setattr(launcher, "_GROUP_TIMED", {})
+    timed = []
+    cold = launcher.cold_launch_us
+    monkeypatch.setattr(launcher, "cold_launch_us", lambda fn, device, *a: timed.append(1) or cold(fn, device, *a))
+    shape = (32, 512, 7, 7)
+    case = _case(direction, "bn_relu", shape, "NCHW", "float16")
+    inputs = _inputs(case, seed=29)
+    for _ in range(3):
+        _poison(inputs["x"].numel() * 8)
+        if direction == "forward":
+            out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"])
+        else:
+            out = launcher.bn_relu_backward(inputs["dy"], inputs["mask"], inputs["x"], inputs["mean"],
+                                            inputs["invstd"], inputs["gamma"])
+        torch.cuda.synchronize()
+        ok, message = MOD.check(case, inputs, out)
+        assert ok, f"{case}: {message}"
+    assert len(timed) == 2, "both paths timed once, on the first call"
+    (key, kept), = launcher._GROUP_TIMED.items()
+    assert launcher.reads_once(direction, shape, torch.float16, "NCHW") == kept
 
 
 def test_one_launch_path_repeats_and_runs_on_two_streams():

@@ -55,6 +55,7 @@ from bwbench.cuda.bn_relu.plan import (
     walk_from_end,
     walk_step,
 )
+from bwbench.cuda.autotune import cold_launch_us
 from bwbench.cuda.launch_spec import Launch
 from bwbench.cuda.loader import (
     KernelSource,
@@ -295,17 +296,19 @@ def group_launch(module, direction: str, ctype: str, shape, residual: bool, devi
     return PLANS[key]
 
 
-def _one_launch_groups(module, direction: str, access: Access, x: torch.Tensor, residual: bool, fused: bool | None,
-                       ws_arrays: int, leading: tuple, trailing: tuple = ()) -> bool:
-    """Run the one-launch group kernel if it applies and `fused` allows; False to try the other
-    paths. Its arguments: leading, the workspace, the barrier, N, C, H*W, the group, trailing."""
-    if fused is False or not access.aligned:
-        return False
+def _group_spec(module, direction: str, access: Access, layout: str, x: torch.Tensor, residual: bool,
+                fused: bool | None) -> Launch | None:
+    """The one-launch group kernel's launch for this call where it applies and `fused` allows."""
+    if fused is False or layout != "NCHW" or access.vec or not access.aligned:
+        return None
+    return group_launch(module, direction, access.ctype, x.shape, residual, device_index(x))
+
+
+def _run_groups(module, spec: Launch, x: torch.Tensor, ws_arrays: int, leading: tuple, trailing: tuple = ()) -> None:
+    """Enqueue the one-launch group kernel `spec`: leading, the workspace, the barrier, N, C, H*W,
+    the group, trailing."""
     n, c, h, w = x.shape
     device = device_index(x)
-    spec = group_launch(module, direction, access.ctype, x.shape, residual, device)
-    if spec is None:
-        return False
     kernel = module.kernel(spec.kernel)
     if (spec, device) not in _CHECKED:
         check_cooperative(kernel, spec, device)
@@ -313,19 +316,48 @@ def _one_launch_groups(module, direction: str, access: Access, x: torch.Tensor, 
     ws = torch.empty(ws_arrays * spec.grid[1] * c, dtype=torch.float32, device=x.device)
     run(kernel, spec, (*leading, ws, _barrier(x.device, c), np.int32(n), np.int32(c), np.int32(h * w),
                        np.int32(spec.args[0]), *trailing), x.device.index)
-    return True
+
+
+_GROUP_TIMED: dict[tuple, bool] = {}
+"""(direction, storage type, residual, device, shape) -> whether the one-launch group kernel beat
+the three kernels when first timed."""
+
+
+def _group_key(direction: str, ctype: str, residual: bool, device: int, shape) -> tuple:
+    return direction, ctype, residual, device, tuple(shape)
+
+
+def _one_launch_wins(key: tuple, one_launch, three_kernels, device: int) -> bool:
+    """Whether the one-launch group kernel runs for `key`'s shape: on first use both paths are timed
+    cold in L2 on the caller's arguments (bwbench/cuda/autotune.py; both write the same outputs) and
+    the faster is kept. The one launch holds each thread's images in registers and skips a launch and
+    a second read, but its grid barrier and per-block merge are fixed costs that the three kernels
+    beat at some shapes (32x512x7x7 float16 forward on an H100: 18.2 against 14.1 us). During CUDA
+    graph capture, where nothing may synchronize, the one launch runs untimed and nothing is kept."""
+    found = _GROUP_TIMED.get(key)
+    if found is not None:
+        return found
+    if torch.cuda.is_current_stream_capturing():
+        return True
+    won = cold_launch_us(one_launch, device) <= cold_launch_us(three_kernels, device)
+    _GROUP_TIMED[key] = won
+    return won
 
 
 def reads_once(direction: str, shape, dtype: torch.dtype, layout: str, residual: bool = False,
                device: int | torch.device | None = None) -> bool:
     """Whether bn_relu_forward / bn_relu_backward (fused=None) read x (dy, the mask and x) from
     global memory only once for a 16-byte aligned tensor of this shape on `device`: the one-launch
-    group kernels keep them in registers between their passes."""
+    group kernels keep them in registers between their passes. Where first-use timing has chosen
+    between them and the three kernels (_one_launch_wins), the kept choice; before, the plan's."""
     n, c, h, w = shape
     ctype = cpp_type(dtype)
     if layout != "NCHW" or (h * w) % _TYPES[ctype] == 0:
         return False
-    return group_launch(load(SOURCE), direction, ctype, shape, residual, device_index(device)) is not None
+    index = device_index(device)
+    if group_launch(load(SOURCE), direction, ctype, shape, residual, index) is None:
+        return False
+    return _GROUP_TIMED.get(_group_key(direction, ctype, residual, index, shape), True)
 
 
 _CHECKED: set[tuple[Launch, int]] = set()
@@ -417,9 +449,10 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
                     z: torch.Tensor | None = None, fused: bool | None = None):
     """(y, mask, mean, invstd): y = relu(BN(x) [+ z]) with batch statistics; mask bit = (pre-activation > 0).
 
-    fused: None takes the one-launch path where it applies and one_launch_by_default agrees;
-    False forces the three kernels; True requires the one-launch path (ValueError where it does not
-    apply)."""
+    fused: None takes the one-launch path where it applies and one_launch_by_default agrees (for
+    NCHW planes no pack divides, the one-launch group kernel or the three kernels, whichever the
+    first call timed faster: _one_launch_wins); False forces the three kernels; True requires a
+    one-launch path (ValueError where none applies)."""
     layout = _check_data(x, "x")
     if z is not None:
         _check_data(z, "z", like=x)
@@ -441,24 +474,35 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     access = _plan(x, layout, z, y)
     ctype, pack, vec = access.ctype, access.pack, access.vec
     b = lambda v: "true" if v else "false"  # noqa: E731
-    if layout == "NCHW" and not vec and _one_launch_groups(
-            module, "forward", access, x, z is not None, fused, 3,
-            (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words)):
+    leading = (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words)
+
+    def three_kernels() -> None:
+        ws, splits = _reduce(module, "bn_stats", access, layout, x, (x,), 3)
+        warps, grid = finalize_grid(c, splits)
+        _enqueue(module, f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>", grid,
+                 (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean,
+                  invstd, np.int32(c)), device)
+        apply_vec = access.apply_vec(layout)
+        apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, "
+                              f"{b(z is not None)}>")
+        blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
+        _enqueue(module, apply.name, blocks, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel),
+                                             np.int32(c), np.int32(h * w),
+                                             np.int32(walk_from_end(x.numel() * x.element_size()))), device)
+
+    groups = _group_spec(module, "forward", access, layout, x, z is not None, fused)
+    if groups is not None:
+        def one_launch() -> None:
+            _run_groups(module, groups, x, 3, leading)
+
+        key = _group_key("forward", ctype, z is not None, device_index(x), x.shape)
+        (one_launch if fused or _one_launch_wins(key, one_launch, three_kernels, device_index(x))
+         else three_kernels)()
         return y, mask, mean, invstd
     if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
-                   vec, fused, 3, (x, z, gamma, beta, np.float32(eps), mean, invstd, y, words), cache_x=True):
+                   vec, fused, 3, leading, cache_x=True):
         return y, mask, mean, invstd
-    ws, splits = _reduce(module, "bn_stats", access, layout, x, (x,), 3)
-    warps, grid = finalize_grid(c, splits)
-    _enqueue(module, f"bnr::bn_stats_finalize<{ctype}, {b(warps)}>", grid,
-             (ws, np.int32(splits), x, np.int32(h * w if layout == "NCHW" else 1), np.float32(eps), mean, invstd,
-              np.int32(c)), device)
-    apply_vec = access.apply_vec(layout)
-    apply = module.kernel(f"bnr::bn_relu_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, {b(z is not None)}>")
-    blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
-    _enqueue(module, apply.name, blocks, (x, z, mean, invstd, gamma, beta, y, words, np.int32(numel), np.int32(c),
-                                         np.int32(h * w), np.int32(walk_from_end(x.numel() * x.element_size()))),
-             device)
+    three_kernels()
     return y, mask, mean, invstd
 
 
@@ -491,24 +535,36 @@ def bn_relu_backward(dy: torch.Tensor, mask: torch.Tensor, x: torch.Tensor, mean
     mask_bytes = np.int32(mask.numel())
     b = lambda v: "true" if v else "false"  # noqa: E731
     inv_m = np.float32(1.0 / (numel // c))
-    if layout == "NCHW" and not vec and _one_launch_groups(
-            module, "backward", access, x, residual, fused, 2,
-            (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
-        return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
+    leading = (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz)
+    result = (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
+
+    def three_kernels() -> None:
+        ws, splits = _reduce(module, "bn_grad", access, layout, x, (dy, mask, mask_bytes, x, mean), 2)
+        warps, grid = finalize_grid(c, splits)
+        _enqueue(module, f"bnr::bn_grad_finalize<{b(warps)}>", grid,
+                 (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)), device)
+        apply_vec = access.apply_vec(layout)
+        apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, "
+                              f"{b(residual)}>")
+        blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
+        _enqueue(module, apply.name, blocks, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz,
+                                             np.int32(numel), np.int32(c), np.int32(h * w), inv_m,
+                                             np.int32(walk_from_end(x.numel() * x.element_size()))), device)
+
+    groups = _group_spec(module, "backward", access, layout, x, residual, fused)
+    if groups is not None:
+        def one_launch() -> None:
+            _run_groups(module, groups, x, 2, leading, (inv_m,))
+
+        key = _group_key("backward", ctype, residual, device_index(x), x.shape)
+        (one_launch if fused or _one_launch_wins(key, one_launch, three_kernels, device_index(x))
+         else three_kernels)()
+        return result
     if _one_launch(module, f"bnr::bn_relu_backward_fused_{layout.lower()}<{ctype}, {b(residual)}>", x, layout,
-                   pack, vec, fused, 2, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz), (inv_m,)):
-        return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
-    ws, splits = _reduce(module, "bn_grad", access, layout, x, (dy, mask, mask_bytes, x, mean), 2)
-    warps, grid = finalize_grid(c, splits)
-    _enqueue(module, f"bnr::bn_grad_finalize<{b(warps)}>", grid,
-             (ws, np.int32(splits), invstd, dgamma, dbeta, np.int32(c)), device)
-    apply_vec = access.apply_vec(layout)
-    apply = module.kernel(f"bnr::bn_relu_backward_apply<{ctype}, {b(layout == 'NHWC')}, {b(apply_vec)}, {b(residual)}>")
-    blocks = apply_blocks(layout, numel, c, pack, apply_vec, _wave(apply, device_index(x)))
-    _enqueue(module, apply.name, blocks, (dy, mask, mask_bytes, x, mean, invstd, gamma, dgamma, dbeta, dx, dz,
-                                         np.int32(numel), np.int32(c), np.int32(h * w), inv_m,
-                                         np.int32(walk_from_end(x.numel() * x.element_size()))), device)
-    return (dx, dz, dgamma, dbeta) if residual else (dx, dgamma, dbeta)
+                   pack, vec, fused, 2, leading, (inv_m,)):
+        return result
+    three_kernels()
+    return result
 
 
 def keep_mask(keep: torch.Tensor) -> torch.Tensor:

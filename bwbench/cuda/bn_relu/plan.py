@@ -84,12 +84,13 @@ def plane_group(c: int, hw: int, pack: int) -> int | None:
     per-channel walk is used instead.
 
     The group path is for planes no 16-byte pack divides (hw % pack != 0: 7x7, 14x14, any odd
-    plane), where the per-channel walk takes one element an access. A group's planes, side by side
-    in each image, must be whole packs from a pack boundary: groups are multiples of
-    `pack // gcd(hw, pack)` channels, and C a multiple of that too (so the last, shorter group ends
-    on one). A group's span is at most one pack a thread of the block; planes too large for even
-    one unit of channels keep the per-channel walk."""
-    if hw % pack == 0:
+    plane of at least a pack, so that a pack lies in at most two planes), where the per-channel
+    walk takes one element an access. A group's planes, side by side in each image, must be whole
+    packs from a pack boundary: groups are multiples of `pack // gcd(hw, pack)` channels, and C a
+    multiple of that too (so the last, shorter group ends on one). A group's span is at most one
+    pack a thread of the block; planes too large for even one unit of channels keep the
+    per-channel walk."""
+    if hw % pack == 0 or hw < pack:  # a pack in at most two planes: a thread keeps sums for two channels
         return None
     unit = pack // math.gcd(hw, pack)
     per_block = BLOCK * pack // hw // unit * unit
@@ -206,14 +207,17 @@ def fused_nhwc_scratch_bytes(pack: int, tx: int, merge_rounds: bool = False) -> 
 
 
 FEW_PARTIALS = 128
-"""Up to this many partials per channel the finalize gives each channel a warp (at most 4 loads a
-lane) instead of a block: at (32, 2048, 7, 7) NCHW, S = 1, the block per channel made the forward
-11-12% slower on an H200 than the warp per channel it had replaced."""
+"""Up to this many partials per channel the finalize merges 32 channels a block (at most 16 loads a
+thread, a warp reading one partial of 32 channels) instead of a block per channel: at (32, 2048,
+7, 7) NCHW, S = 1, the block per channel made the forward 11-12% slower on an H200 than the warp
+per channel it had replaced, and a warp per channel read one 32-byte sector a lane."""
+
+CHANNELS_PER_ROUND = 32  # bnr::kChannelsPerRound
 
 
 def finalize_grid(channels: int, partials: int) -> tuple[bool, int]:
-    """(a warp per channel?, blocks) of the finalize kernel for `partials` partials per channel."""
+    """(few partials: 32 channels a block?, blocks) of the finalize kernel for `partials` partials
+    per channel."""
     if partials <= FEW_PARTIALS:
-        per_block = BLOCK // 32
-        return True, -(-channels // per_block)
+        return True, -(-channels // CHANNELS_PER_ROUND)
     return False, channels
