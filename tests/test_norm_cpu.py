@@ -532,14 +532,14 @@ def test_tile_lanes_hold_their_part_of_a_row_in_registers_where_it_fits():
     from bwbench.cuda import row_tile
 
     for cols in range(1, 2049):
-        e = norm.tile_lane_elements(cols)
+        e = row_tile.lane_elements(cols)
         group = row_tile.group_width(cols)
         if e:
-            assert e * group >= cols and e in norm.TILE_LANE_ELEMENTS  # the whole row in the group's registers
-            assert all(f < -(-cols // group) for f in norm.TILE_LANE_ELEMENTS if f < e)  # the fewest that hold it
+            assert e * group >= cols and e in row_tile.LANE_ELEMENTS  # the whole row in the group's registers
+            assert all(f < -(-cols // group) for f in row_tile.LANE_ELEMENTS if f < e)  # the fewest that hold it
         else:
-            assert cols > max(norm.TILE_LANE_ELEMENTS) * group
+            assert cols > max(row_tile.LANE_ELEMENTS) * group
     for ctype in ("half_t", "bf16_t", "float"):
         for rms in (False, True):
             names = norm.optimized_names(ctype, rms)
-            assert all(norm.tile_name(ctype, rms, e) in names for e in (0, *norm.TILE_LANE_ELEMENTS))
+            assert all(norm.tile_name(ctype, rms, e) in names for e in (0, *row_tile.LANE_ELEMENTS))

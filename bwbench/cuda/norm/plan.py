@@ -268,7 +268,7 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
-    names += [tile_name(ctype, rms, e) for e in (0, *TILE_LANE_ELEMENTS)] + [span_name(ctype, rms)]
+    names += [tile_name(ctype, rms, e) for e in (0, *row_tile.LANE_ELEMENTS)] + [span_name(ctype, rms)]
     return tuple(names)
 
 
@@ -286,19 +286,6 @@ def span_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_li
     return [NormPlan("span", name, full_pack(ctype), b, smem, 1) for b in SPAN_BLOCKS if occupancy(name, b, smem) > 0]
 
 
-TILE_LANE_ELEMENTS = (4, 8)
-"""norm_tile instances whose lanes hold their part of a row (at most this many elements) and its
-gamma and beta in registers (rows of up to 128 and 256 columns); longer rows take the instance that
-reads the cached row three times. 16 took 126 registers in LayerNorm (two blocks an SM), 8 takes 56."""
-
-
-def tile_lane_elements(cols: int) -> int:
-    """The norm_tile instance for rows of `cols`: the fewest register elements a lane of the row's
-    group (row_tile.group_width) needs, or 0 for the instance that keeps the row in shared memory only."""
-    need = -(-cols // row_tile.group_width(cols))
-    return next((e for e in TILE_LANE_ELEMENTS if e >= need), 0)
-
-
 def tile_name(ctype: str, rms: bool, lane_elements: int = 0) -> str:
     return f"norm_tile<{ctype}, {_cpp_bool(rms)}, {lane_elements}>"
 
@@ -313,7 +300,7 @@ def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_li
     lanes), those that launch."""
     itemsize = ITEMSIZE[ctype]
     group = row_tile.group_width(cols)
-    name = tile_name(ctype, rms, tile_lane_elements(cols))
+    name = tile_name(ctype, rms, row_tile.lane_elements(cols))
     plans = []
     for target in TILE_BYTES:
         tile_rows = row_tile.rows_of_size(target, cols, itemsize)
