@@ -734,9 +734,55 @@ __device__ __forceinline__ void normalize_cached(T* row, int stop, int first, in
     rstd_out = rstd;
 }
 
+// normalize_cached for a lane that holds its E elements of the row (columns lane, lane + step, ...,
+// all of the row: stop <= E * step) in registers, with gamma and beta already there: one read of
+// the cached row instead of three, and no per-row gamma and beta loads. The sums run in the same
+// order as normalize_cached's, so the results are the same bits.
+template <typename T, bool kRms, int E, typename Sum>
+__device__ __forceinline__ void normalize_held(T* row, int stop, int lane, int step, float fcols, float eps,
+                                               const float (&gv)[E], const float (&bv)[E], Sum sum_over_row,
+                                               float& mean_out, float& rstd_out) {
+    float v[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) v[e] = lane + e * step < stop ? bw::to_float(row[lane + e * step]) : 0.0f;
+    float rstd, mean = 0.0f, k = 0.0f;
+    if constexpr (kRms) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) ss = fmaf(v[e], v[e], ss);  // v = 0 past the row: adds nothing
+        rstd = rsqrtf(sum_over_row(ss) / fcols + eps);
+    } else {
+        k = stop > 0 ? bw::to_float(row[0]) : 0.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            if (lane + e * step < stop) sum += v[e] - k;
+        }
+        mean = sum_over_row(sum) / fcols;
+        float m2 = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            if (lane + e * step < stop) {
+                const float d = (v[e] - k) - mean;
+                m2 = fmaf(d, d, m2);
+            }
+        }
+        rstd = rsqrtf(sum_over_row(m2) / fcols + eps);
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int c = lane + e * step;
+        if (c < stop) row[c] = bw::from_float<T>(kRms ? v[e] * rstd * gv[e] : fmaf(((v[e] - k) - mean) * rstd, gv[e], bv[e]));
+    }
+    mean_out = k + mean;
+    rstd_out = rstd;
+}
+
 }  // namespace normk
 
-template <typename T, bool kRms>
+// E > 0: every lane's part of a row is at most E elements (cols <= E * group): the lane keeps them,
+// and its columns' gamma and beta, in registers (normalize_held). E = 0: any row of the tile tier.
+template <typename T, bool kRms, int E>
 __global__ void __launch_bounds__(256)
 norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
@@ -746,6 +792,15 @@ norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
     const int phase = bw::tile::phase_of(x);
     const bw::tile::Groups g(group);
     const float fcols = static_cast<float>(cols);
+    float gv[E > 0 ? E : 1], bv[E > 0 ? E : 1];  // E > 0: this lane's columns' gamma and beta, for every row
+    if constexpr (E > 0) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int c = g.lane + e * group;
+            gv[e] = c < cols ? bw::to_float(gamma[c]) : 0.0f;
+            bv[e] = !kRms && c < cols ? bw::to_float(beta[c]) : 0.0f;
+        }
+    }
     bw::tile::for_each_tile<T>(rows, cols, tile_rows, phase, [&](const bw::tile::Tile<T>& tile, int r0, int n) {
         bw::tile::load(cache, x, tile);
         bw::tile::wait_copies();
@@ -754,8 +809,14 @@ norm_tile(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
         for (int first = 0; first < n; first += g.slots) {
             const int r = first + g.slot;
             float mean, rstd;
-            normk::normalize_cached<T, kRms>(cached + static_cast<i64>(r < n ? r : 0) * cols, r < n ? cols : 0, g.lane,
-                                             group, fcols, eps, gamma, beta, normk::GroupSum{group}, mean, rstd);
+            T* row = cached + static_cast<i64>(r < n ? r : 0) * cols;
+            if constexpr (E > 0) {
+                normk::normalize_held<T, kRms, E>(row, r < n ? cols : 0, g.lane, group, fcols, eps, gv, bv,
+                                                  normk::GroupSum{group}, mean, rstd);
+            } else {
+                normk::normalize_cached<T, kRms>(row, r < n ? cols : 0, g.lane, group, fcols, eps, gamma, beta,
+                                                 normk::GroupSum{group}, mean, rstd);
+            }
             if (g.lane == 0 && r < n) {
                 rstd_out[r0 + r] = rstd;
                 if constexpr (!kRms) mean_out[r0 + r] = mean;

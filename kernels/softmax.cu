@@ -1033,8 +1033,10 @@ softmax_tile(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     });
 }
 
-// Backward: y and dy in two caches; dx is written over dy's copy, then stored.
-template <typename T, int Algo>
+// Backward: y and dy in two caches; dx is written over dy's copy, then stored. E > 0: a row is at
+// most E elements a lane (cols <= E * group), which the lane reads from the copies once and keeps
+// in registers for both passes (the sum runs in the same order: the same bits as E = 0).
+template <typename T, int Algo, int E>
 __global__ void __launch_bounds__(BW_SOFTMAX_TILE_BLOCK)
 softmax_grad_tile(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
                   T* __restrict__ dx, i64 dx_stride, i64 rows, int cols, int tile_rows, int group) {
@@ -1056,12 +1058,32 @@ softmax_grad_tile(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             const int stop = r < n ? cols : 0;
             const i64 at = static_cast<i64>(r < n ? r : 0) * cols;
             float s = 0.0f;
-            for (int c = g.lane; c < stop; c += group)
-                s += Backward<Algo, T>::term(bw::to_float(ys[at + c]), bw::to_float(dys[at + c]));
-            s = bw::tile::group_allreduce<bw::SumOp>(s, group);
-            for (int c = g.lane; c < stop; c += group)
-                dys[at + c] = bw::from_float<T>(Backward<Algo, T>::apply(bw::to_float(ys[at + c]),
-                                                                         bw::to_float(dys[at + c]), s));
+            if constexpr (E > 0) {
+                float yv[E], dv[E];
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const int c = g.lane + e * group;
+                    yv[e] = c < stop ? bw::to_float(ys[at + c]) : 0.0f;
+                    dv[e] = c < stop ? bw::to_float(dys[at + c]) : 0.0f;
+                }
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    if (g.lane + e * group < stop) s += Backward<Algo, T>::term(yv[e], dv[e]);
+                }
+                s = bw::tile::group_allreduce<bw::SumOp>(s, group);
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const int c = g.lane + e * group;
+                    if (c < stop) dys[at + c] = bw::from_float<T>(Backward<Algo, T>::apply(yv[e], dv[e], s));
+                }
+            } else {
+                for (int c = g.lane; c < stop; c += group)
+                    s += Backward<Algo, T>::term(bw::to_float(ys[at + c]), bw::to_float(dys[at + c]));
+                s = bw::tile::group_allreduce<bw::SumOp>(s, group);
+                for (int c = g.lane; c < stop; c += group)
+                    dys[at + c] = bw::from_float<T>(Backward<Algo, T>::apply(bw::to_float(ys[at + c]),
+                                                                             bw::to_float(dys[at + c]), s));
+            }
         }
         __syncthreads();
         bw::tile::store(dx, tile, cache_dy);

@@ -123,11 +123,19 @@ PEELED_FILES = ("softmax.cu",)
 move element by element (2-byte accesses), so only the presence of 16-byte ones is checked."""
 
 
+NO_PACK_ARGUMENT = ("norm_tile",)
+"""Kernels of PACKED_FILES whose third template argument is no pack size (norm_tile's is the
+elements a lane holds: its packs always move whole through cp.async, its tiles' edges element by
+element)."""
+
+
 def _sixteen_byte_half_kernels(filename: str) -> list[str]:
     names = set()
     for source in SOURCES:
         if source.filename == filename:
             for name in source.name_expressions:
+                if name.split("<", 1)[0] in NO_PACK_ARGUMENT:
+                    continue
                 args = [a.strip() for a in name.split("<", 1)[1].rstrip(">").split(",")]
                 if len(args) > 2 and args[0] == "half_t" and args[2] == "8":
                     names.add(name)

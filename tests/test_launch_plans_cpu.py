@@ -460,3 +460,20 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
         plan("softmax", 49152, 4096, "half_t", 8, FakeDevice(), tier="warp_fit")
     with pytest.raises(ValueError, match=r"no fitted warp shape .*\(the backward has none\)"):
         plan("softmax_backward", 49152, 127, "half_t", 8, FakeDevice(), tier="warp_fit")
+
+
+def test_backward_tiles_hold_short_rows_in_registers():
+    """The backward tile tier's kernel is the instance whose lanes hold their part of the row
+    (row_tile.lane_elements), where one holds it; the forward's forced tile reads the cache."""
+    from bwbench.cuda import row_tile
+    from bwbench.cuda.softmax import dispatch as d
+    from bwbench.cuda.softmax.plan import plan
+
+    for cols, held in ((31, 4), (127, 4), (129, 8), (197, 8), (255, 8), (577, 0), (1023, 0)):
+        assert row_tile.lane_elements(cols) == held
+        p = plan("softmax_backward", 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
+                 tier="tile")
+        assert p.choice.lane_elements == held and p.launch.kernel == f"softmax_grad_tile<half_t, 0, {held}>"
+        assert p.launch.kernel in d.kernel_names("half_t", "backward")
+    forward = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True, tier="tile")
+    assert forward.choice.lane_elements == 0 and forward.launch.kernel.startswith("softmax_tile<half_t, 0")

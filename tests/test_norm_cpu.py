@@ -253,7 +253,8 @@ def test_odd_rows_take_the_tile_tier_first_and_time_the_row_tiers(ctype):
         if cols * itemsize % 16 == 0:
             continue
         p = norm.plan(cols, ctype, False, 1, gpu, limit, same_phase=True)
-        assert p.tier == "tile" and p.kernel == f"norm_tile<{ctype}, false>" and p.block == norm.TILE_BLOCK
+        held = 4 if cols <= 128 else 8 if cols <= 256 else 0  # elements a lane keeps in registers
+        assert p.tier == "tile" and p.kernel == f"norm_tile<{ctype}, false, {held}>" and p.block == norm.TILE_BLOCK
         tile_rows, group = p.extra
         assert p.rows_per_block == tile_rows and group == row_tile.group_width(cols)
         assert tile_rows % (norm.TILE_BLOCK // group) == 0, "as many rows for every group"
@@ -525,3 +526,20 @@ def test_registers_tier_candidates_cover_the_row_with_the_smallest_block():
                 # Held parameters first, for each packs-a-thread.
                 holds = [c.hold for c in chosen if c.packs_per_thread == norm.REGISTER_HOLD_PACKS]
                 assert holds == sorted(holds, reverse=True)
+
+
+def test_tile_lanes_hold_their_part_of_a_row_in_registers_where_it_fits():
+    from bwbench.cuda import row_tile
+
+    for cols in range(1, 2049):
+        e = row_tile.lane_elements(cols)
+        group = row_tile.group_width(cols)
+        if e:
+            assert e * group >= cols and e in row_tile.LANE_ELEMENTS  # the whole row in the group's registers
+            assert all(f < -(-cols // group) for f in row_tile.LANE_ELEMENTS if f < e)  # the fewest that hold it
+        else:
+            assert cols > max(row_tile.LANE_ELEMENTS) * group
+    for ctype in ("half_t", "bf16_t", "float"):
+        for rms in (False, True):
+            names = norm.optimized_names(ctype, rms)
+            assert all(norm.tile_name(ctype, rms, e) in names for e in (0, *row_tile.LANE_ELEMENTS))

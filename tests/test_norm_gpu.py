@@ -403,3 +403,34 @@ def test_odd_widths_offer_the_tile_tier_first(dtype, rms):
         _check(got, x, gamma, beta, rms, f"auto ({rows}, {cols}) {dtype}")
         again = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms)  # the remembered launch
         _check(again, x, gamma, beta, rms, f"repeat ({rows}, {cols}) {dtype}")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_tile_lanes_holding_their_row_give_the_same_bits(dtype, rms, monkeypatch):
+    """The tile tier's instances whose lanes keep their part of the row and its gamma and beta in
+    registers (rows of up to 256 columns) against the one that reads the cached row three times:
+    the same sums in the same order, so the same bits, at odd widths and a partial last tile; and
+    both pass the check."""
+    from bwbench.cuda import row_tile
+    from bwbench.cuda.norm import launch as launcher
+
+    norm = _norm()
+    for rows, cols in [(1001, 3), (777, 31), (300, 33), (129, 127), (1000, 129), (77, 197), (90, 255)]:
+        if cols * torch.empty((), dtype=dtype).element_size() % 16 == 0:
+            continue
+        x = _random(rows, cols, dtype, seed=rows + 5 * cols)
+        gamma, beta = _params(cols, dtype, seed=cols + 4)
+        fn = "rms_norm" if rms else "layer_norm"
+        results = []
+        for lane_elements in (row_tile.LANE_ELEMENTS, ()):
+            monkeypatch.setattr(row_tile, "LANE_ELEMENTS", lane_elements)
+            for cache in ("_MODELS", "_CHOSEN", "_REPEATS"):
+                monkeypatch.setattr(launcher, cache, {})
+            assert norm.launch_plan(x, rms=rms, pack=1, tier="tile").plan.kernel.endswith(
+                ", 0>" if not lane_elements else f", {row_tile.lane_elements(cols)}>")
+            got = _run(fn, x, gamma, beta, rms, tier="tile")
+            _check(got, x, gamma, beta, rms, f"tile lanes {lane_elements} ({rows}, {cols}) {dtype}")
+            results.append([t.clone() for t in got])
+        for held, generic in zip(*results):
+            assert torch.equal(held, generic), f"({rows}, {cols}) {dtype}: register and shared-memory tiles differ"

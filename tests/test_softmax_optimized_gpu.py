@@ -674,3 +674,34 @@ def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols):
                 continue
             assert _function(op)(**laid, out=out, tier="warp_fit") is out
             _assert_close(out, reference, op, dtype, f"{op} [warp_fit] {_name(dtype)} ({rows}, {cols}) {layout}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+def test_backward_tiles_holding_rows_in_registers_give_the_same_bits(op, dtype, monkeypatch):
+    """The backward tile tier's instances whose lanes hold their part of a row (up to 256 columns)
+    against the one that reads the cached rows at each pass: the same sums in the same order, so
+    the same bits, at odd widths and partial last tiles; and both match the reference."""
+    from bwbench.cuda import row_tile
+    from bwbench.cuda.softmax import launch as launcher
+
+    fn = _function(op)
+    for rows, cols in [(1001, 3), (777, 31), (300, 33), (129, 127), (1000, 129), (77, 197), (90, 255)]:
+        inputs = _inputs(op, rows, cols, dtype, seed=rows + 7 * cols)
+        reference = _reference(op, inputs)
+        results = []
+        for lane_elements in (row_tile.LANE_ELEMENTS, ()):
+            monkeypatch.setattr(row_tile, "LANE_ELEMENTS", lane_elements)
+            for cache in ("_PLANS", "_CALLS", "_TIMED"):
+                monkeypatch.setattr(launcher, cache, {})
+            out = _poisoned_out(rows, cols, dtype, "contiguous")
+            try:
+                got = fn(**inputs, out=out, tier="tile")
+            except ValueError as exc:  # float32 rows of whole packs, or no tile at this width
+                assert "tile tier needs" in str(exc), str(exc)
+                break
+            torch.cuda.synchronize()
+            _assert_close(got, reference, op, dtype, f"{op} tile lanes {lane_elements} ({rows}, {cols})")
+            results.append(got.clone())
+        if len(results) == 2:
+            assert torch.equal(results[0], results[1]), f"{op} ({rows}, {cols}) {_name(dtype)}: tiles differ"

@@ -268,7 +268,7 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
-    names += [tile_name(ctype, rms), span_name(ctype, rms)]
+    names += [tile_name(ctype, rms, e) for e in (0, *row_tile.LANE_ELEMENTS)] + [span_name(ctype, rms)]
     return tuple(names)
 
 
@@ -286,8 +286,8 @@ def span_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_li
     return [NormPlan("span", name, full_pack(ctype), b, smem, 1) for b in SPAN_BLOCKS if occupancy(name, b, smem) > 0]
 
 
-def tile_name(ctype: str, rms: bool) -> str:
-    return f"norm_tile<{ctype}, {_cpp_bool(rms)}>"
+def tile_name(ctype: str, rms: bool, lane_elements: int = 0) -> str:
+    return f"norm_tile<{ctype}, {_cpp_bool(rms)}, {lane_elements}>"
 
 
 def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int) -> int:
@@ -300,14 +300,14 @@ def tile_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_li
     lanes), those that launch."""
     itemsize = ITEMSIZE[ctype]
     group = row_tile.group_width(cols)
+    name = tile_name(ctype, rms, row_tile.lane_elements(cols))
     plans = []
     for target in TILE_BYTES:
         tile_rows = row_tile.rows_of_size(target, cols, itemsize)
         smem = tile_smem_bytes(tile_rows, cols, itemsize)
-        if smem > smem_limit or occupancy(tile_name(ctype, rms), TILE_BLOCK, smem) < 1:
+        if smem > smem_limit or occupancy(name, TILE_BLOCK, smem) < 1:
             continue
-        candidate = NormPlan("tile", tile_name(ctype, rms), full_pack(ctype), TILE_BLOCK, smem, tile_rows,
-                             extra=(tile_rows, group))
+        candidate = NormPlan("tile", name, full_pack(ctype), TILE_BLOCK, smem, tile_rows, extra=(tile_rows, group))
         if candidate not in plans:
             plans.append(candidate)
     return plans

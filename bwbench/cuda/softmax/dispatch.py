@@ -209,6 +209,8 @@ class TierChoice:
     """Tile tier: lanes per row."""
     tile_rows: int = 0
     """Tile tier: rows a block takes at a time."""
+    lane_elements: int = 0
+    """Tile tier: elements of its row each lane holds in registers (0: it reads the cached row at each pass)."""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -411,6 +413,14 @@ class TileShape:
     group: int
     tile_rows: int
     smem: int
+    lane_elements: int = 0  # tile_lane_elements
+
+
+def tile_lane_elements(cols: int, direction: str) -> int:
+    """Elements of a row each lane of the tile tier holds in registers (row_tile.lane_elements): the
+    backward's instances only (the forward's tile kernel, which the dispatch never picks, reads the
+    cached row at each pass)."""
+    return row_tile.lane_elements(cols) if direction == "backward" else 0
 
 
 def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int, direction: str) -> int:
@@ -432,7 +442,7 @@ def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: 
     smem = tile_smem_bytes(tile_rows, cols, itemsize, direction)
     if smem > smem_limit:
         return None
-    return TileShape(group, tile_rows, smem)
+    return TileShape(group, tile_rows, smem, tile_lane_elements(cols, direction))
 
 
 def smem_bytes(direction: str, cols: int, itemsize: int, pack: int = 1) -> int:
@@ -474,7 +484,8 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
         if shape is not None:
             return TierChoice("warp", warp=shape, pack=pack)
     if tile is not None and takes_tile(row_bytes, thresholds):
-        return TierChoice("tile", block=TILE_BLOCK, pack=pack, group=tile.group, tile_rows=tile.tile_rows)
+        return TierChoice("tile", block=TILE_BLOCK, pack=pack, group=tile.group, tile_rows=tile.tile_rows,
+                          lane_elements=tile.lane_elements)
     one_pass = thresholds.one_pass and direction == "forward"
     shape = registers_shape(cols, pack) if direction == "forward" else None
     if shape is not None:
@@ -592,7 +603,7 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
         if choice.tier == "cluster":
             return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
         if choice.tier == "tile":
-            return f"softmax_grad_tile<{ctype}, {algo}>"
+            return f"softmax_grad_tile<{ctype}, {algo}, {choice.lane_elements}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
 
 
@@ -605,7 +616,9 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
     names: list[str] = []
     wide = PACK_BYTES // ITEMSIZE[ctype]
     for algorithm in ALGORITHMS:
-        names.append(kernel_name(ctype, algorithm, direction, TierChoice("tile", pack=wide)))
+        lanes = (0, *row_tile.LANE_ELEMENTS) if direction == "backward" else (0,)
+        names += [kernel_name(ctype, algorithm, direction, TierChoice("tile", pack=wide, lane_elements=e))
+                  for e in lanes]
         for pack in (wide, 1):
             for shape in all_warp_shapes(pack, direction) + fit_shapes(pack, direction):
                 names.append(kernel_name(ctype, algorithm, direction, TierChoice("warp", warp=shape, pack=pack)))

@@ -241,7 +241,9 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
     def tile() -> dispatch.TileShape | None:
         if not dense or pack == 1 or key == "online":
             return None
-        name = dispatch.kernel_name(ctype, algorithm, direction, dispatch.TierChoice("tile", pack=pack))
+        lanes = dispatch.tile_lane_elements(cols, direction)
+        name = dispatch.kernel_name(ctype, algorithm, direction,
+                                    dispatch.TierChoice("tile", pack=pack, lane_elements=lanes))
         return dispatch.tile_shape(rows, cols, itemsize, direction, th.tile_bytes, queries.sms,
                                    queries.smem_limit(name))
 
@@ -268,7 +270,7 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
                              f"and a row per group of lanes within shared memory; got ({rows}, {cols}) "
                              f"{'dense' if dense else 'not dense'}, {pack}-element packs")
         choice = dispatch.TierChoice("tile", block=dispatch.TILE_BLOCK, pack=pack, group=shape.group,
-                                     tile_rows=shape.tile_rows)
+                                     tile_rows=shape.tile_rows, lane_elements=shape.lane_elements)
     else:
         choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
