@@ -37,7 +37,8 @@
 #include "row_tile.cuh"
 #include "welford.cuh"
 
-// Dynamic shared memory of norm_block<..., true>: one row of x in its storage type.
+// Dynamic shared memory of norm_block<..., true>: one row of x in its storage type (and of the tile
+// tiers their packs; of norm_span_rows its shifted gamma and beta).
 extern __shared__ __align__(16) unsigned char norm_row_cache[];
 
 namespace normk {
@@ -870,11 +871,14 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // from global memory in one 16-byte access each (the span's first and last packs carry elements
 // of the neighbouring rows, which are masked out), so x moves like a copy with no shared-memory
 // staging, and the whole packs of y are stored the same way (the edge packs element by element).
-// Column c of pack k is k * N + j - lead: gamma and beta shift with the row's lead, so a thread
-// keeps its packs' gamma and beta, shifted, in registers and reloads them only when the lead
-// changes. The host launches a grid whose rows all start at the same lead (gridDim.x * cols a
-// multiple of N), so that happens once a block; any grid is correct. Statistics: the shifted
-// two-pass sums of the tile tier (the mean of x - K, then the squares about it), block-reduced.
+// Column c of pack k is k * N + j - lead: gamma and beta shift with the row's lead, so the block
+// writes them, shifted, into shared memory (dynamic: the span's packs, once for gamma and once for
+// beta) and rewrites them only when the lead changes; a thread then reads its packs of them in
+// one 16-byte access each. The host launches a grid whose rows all start at the same lead
+// (gridDim.x * cols a multiple of N), so that happens once a block; any grid is correct. Held in
+// registers instead, gamma and beta took LayerNorm's 8-pack kernel to 232 registers, 8 warps an
+// SM. Statistics: the shifted two-pass sums of the tile tier (the mean of x - K, then the squares
+// about it), block-reduced.
 // =============================================================================================
 template <typename T, bool kRms, int P, int B>
 __global__ void __launch_bounds__(B, 1)
@@ -887,7 +891,9 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
     using Sum = bw::WarpAllReduceOp<bw::SumOp>;
     const float fcols = static_cast<float>(cols);
     const float zero = 0.0f;
-    PackT g_held[P], b_held[kRms ? 1 : P];
+    const int span_max = (cols + 2 * N - 2) / N;  // the most packs a row spans, at any lead
+    PackT* g_shared = reinterpret_cast<PackT*>(norm_row_cache);
+    PackT* b_shared = g_shared + span_max;  // LayerNorm only
     int held_lead = -1;
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* xr = x + static_cast<i64>(row) * cols;
@@ -901,16 +907,16 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             if (k < span) raw[p] = xs[k];
         }
         if (lead != held_lead) {  // uniform over the block
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-#pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    const int c = (static_cast<int>(threadIdx.x) + p * B) * N + j - lead;
-                    const bool in = c >= 0 && c < cols;
-                    g_held[p].v[j] = in ? gamma[c] : bw::from_float<T>(zero);
-                    if constexpr (!kRms) b_held[kRms ? 0 : p].v[j] = in ? beta[c] : bw::from_float<T>(zero);
-                }
+            __syncthreads();  // every thread is done with the previous lead's parameters
+            T* gs = reinterpret_cast<T*>(g_shared);
+            T* bs = reinterpret_cast<T*>(b_shared);
+            for (int e = threadIdx.x; e < span_max * N; e += B) {
+                const int c = e - lead;
+                const bool in = c >= 0 && c < cols;
+                gs[e] = in ? gamma[c] : bw::from_float<T>(zero);
+                if constexpr (!kRms) bs[e] = in ? beta[c] : bw::from_float<T>(zero);
             }
+            __syncthreads();
             held_lead = lead;
         }
         // Calls f(p, j, v) for every element of the row this thread holds.
@@ -956,9 +962,9 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             if (first >= cols) continue;
             float f[N], g[N], b[N];
             normk::to_floats(raw[p], f);
-            normk::to_floats(g_held[p], g);
+            normk::to_floats(g_shared[kp], g);
             if constexpr (!kRms) {
-                normk::to_floats(b_held[kRms ? 0 : p], b);
+                normk::to_floats(b_shared[kp], b);
 #pragma unroll
                 for (int j = 0; j < N; ++j) f[j] -= k;
             }

@@ -294,8 +294,8 @@ def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
     for rms in (False, True):
         configs = norm.span_rows_configs(rms)
         assert configs and len(set(configs)) == len(configs)
-        for c in configs:  # the row, gamma and beta as stored (4 registers a pack each), and the spare
-            assert c.packs_per_thread * 4 * (2 if rms else 3) + norm.SPAN_ROWS_SPARE <= min(255, 65536 // c.block)
+        for c in configs:  # the row as stored (4 registers a pack), and the spare
+            assert c.packs_per_thread * 4 + norm.SPAN_ROWS_SPARE <= min(255, 65536 // c.block)
         for ctype in ("half_t", "bf16_t", "float"):
             pack = norm.full_pack(ctype)
             longest = norm.span_rows_max_cols(ctype, rms)
@@ -329,6 +329,8 @@ def test_odd_rows_time_the_span_rows_tier_too():
         held = [c for c in p.candidates if c.tier == "span_rows"]
         assert held and p.tier in ("tile", "span")
         assert all(c.grid_multiple == norm.full_pack(ctype) and c.rows_per_block == 1 for c in held)
+        assert all(c.smem_bytes == norm.span_packs_max(cols, norm.full_pack(ctype)) * 16 * (1 if rms else 2)
+                   for c in held)
         assert not any(c.tier == "span_rows" for c in norm.plan(cols, ctype, rms, 1, gpu, limit).candidates)
     forced = norm.plan(1024, "half_t", False, 8, gpu, limit, tier="span_rows", same_phase=True)
     assert forced.tier == "span_rows" and all(c.tier == "span_rows" for c in forced.candidates)

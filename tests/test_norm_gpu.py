@@ -343,7 +343,7 @@ def _launch_exactly(chosen, x, gamma, beta, rms: bool):
     out = _poisoned(x, rms)
     mean, rstd = (None, out[1]) if rms else (out[1], out[2])
     args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
-    loader.launch(step.kernel, step.grid, step.plan.block, args)
+    loader.launch(step.kernel, step.grid, step.plan.block, args, shared_mem=step.plan.smem_bytes)
     torch.cuda.synchronize()
     return out
 
@@ -386,15 +386,18 @@ def test_every_span_rows_instantiation(dtype, rms):
     module = loader.load(norm.OPTIMIZED[(ctype, rms)])
     for config in norm.span_rows_configs(rms):
         longest = config.packs_per_thread * config.block * pack - pack + 1
-        chosen = norm.NormPlan("span_rows", config.name(ctype, rms), pack, config.block, 0, 1)
         for rows, cols, cancel in [(5, longest, False), (9, longest - 2, True), (6, longest - pack + 1, False),
                                    (11, config.block * pack // 2 + 3, False), (4, 1, False), (13, 3 * pack, False)]:
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
+            chosen = norm.NormPlan("span_rows", config.name(ctype, rms), pack, config.block,
+                                   norm.span_rows_smem_bytes(cols, ctype, rms), 1)
+            if chosen.smem_bytes > 48 * 1024:
+                loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), chosen.smem_bytes, 0)
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
             out = _poisoned(x, rms)
             mean, rstd = (None, out[1]) if rms else (out[1], out[2])
             args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
-            loader.launch(module.kernel(chosen.kernel), 7, config.block, args)
+            loader.launch(module.kernel(chosen.kernel), 7, config.block, args, shared_mem=chosen.smem_bytes)
             torch.cuda.synchronize()
             _check(out, x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols}) with 7 blocks")
 

@@ -15,8 +15,8 @@ The tiers, chosen by the row length as for the softmax (`plan`):
 - "span": longer odd rows, one block a row copied through shared memory the same way (a tile of
   one row), offered first likewise while the row fits shared memory;
 - "span_rows": odd rows held in registers, one block a row: each thread loads its aligned 16-byte
-  packs of the span covering the row straight from global memory and keeps gamma and beta,
-  shifted to the row's offset within a pack, in registers. Timed beside the tile or span tier.
+  packs of the span covering the row straight from global memory; gamma and beta wait in shared
+  memory, shifted to the row's offset within a pack. Timed beside the tile or span tier.
 
 A block tier is latency-bound (measured on an H200: each block spends microseconds per row
 whatever the row length), so its throughput is rows in flight per SM times bytes per row over
@@ -276,18 +276,23 @@ class SpanRowsConfig:
         return f"norm_span_rows<{ctype}, {_cpp_bool(rms)}, {self.packs_per_thread}, {self.block}>"
 
 
-SPAN_ROWS_SPARE = 72
-"""Registers a norm_span_rows thread needs besides its row, gamma and beta packs: more than
-norm_rows (REGISTER_SPARE), for the per-element masks of the edge packs (ptxas -v: LayerNorm 4
-packs 126-141 registers; RMSNorm 8 packs at 512 threads spilled 16 bytes on sm_80 at 128)."""
+SPAN_ROWS_SPARE = 64
+"""Registers a norm_span_rows thread needs besides its row's packs (4 registers each, as stored):
+addresses, the edge masks, the statistics and gamma and beta in flight from shared memory
+(ptxas -v, sm_90: 72 registers at 4 packs, 74-94 at 8)."""
 
 
 def span_rows_configs(rms: bool) -> tuple[SpanRowsConfig, ...]:
-    """Every norm_span_rows instantiation: those whose row, gamma and beta (4 registers a pack
-    each, as stored) and SPAN_ROWS_SPARE fit the registers __launch_bounds__(B, 1) allows."""
-    held = 2 if rms else 3
+    """Every norm_span_rows instantiation (the same for both modes): those whose row packs and
+    SPAN_ROWS_SPARE fit the registers __launch_bounds__(B, 1) allows."""
     return tuple(SpanRowsConfig(p, b) for p in SPAN_ROWS_PACKS for b in SPAN_ROWS_BLOCKS
-                 if p * 4 * held <= min(255, 65536 // b) - SPAN_ROWS_SPARE)
+                 if p * 4 <= min(255, 65536 // b) - SPAN_ROWS_SPARE)
+
+
+def span_rows_smem_bytes(cols: int, ctype: str, rms: bool) -> int:
+    """Dynamic shared memory of norm_span_rows: gamma (and beta), shifted, over the most packs a
+    row of `cols` spans."""
+    return span_packs_max(cols, full_pack(ctype)) * 16 * (1 if rms else 2)
 
 
 def span_rows_max_cols(ctype: str, rms: bool) -> int:
@@ -313,13 +318,16 @@ def span_rows_candidates(cols: int, ctype: str, rms: bool) -> list[SpanRowsConfi
     return chosen
 
 
-def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy") -> list["NormPlan"]:
+def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
     """norm_span_rows plans for a row of `cols` (any offset), those that launch."""
+    smem = span_rows_smem_bytes(cols, ctype, rms)
+    if smem > smem_limit:
+        return []
     plans = []
     for config in span_rows_candidates(cols, ctype, rms):
         name = config.name(ctype, rms)
-        if occupancy(name, config.block, 0) > 0:
-            plans.append(NormPlan("span_rows", name, full_pack(ctype), config.block, 0, 1,
+        if occupancy(name, config.block, smem) > 0:
+            plans.append(NormPlan("span_rows", name, full_pack(ctype), config.block, smem, 1,
                                   grid_multiple=full_pack(ctype)))
     return plans
 
@@ -464,7 +472,7 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     row_bytes = cols * ITEMSIZE[ctype]
     if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
         short = row_bytes <= TILE_MAX_ROW_BYTES
-        held = span_rows_plans(cols, ctype, rms, occupancy) if same_phase and block is None else []
+        held = span_rows_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
         if not same_phase or block is not None:
             staged = []
         elif tier == "span_rows":
