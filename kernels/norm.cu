@@ -919,7 +919,9 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             __syncthreads();
             held_lead = lead;
         }
-        // Calls f(p, j, v) for every element of the row this thread holds.
+        // Calls f(v) for every element of the row this thread holds: a pack inside the row without
+        // a test per element (LayerNorm's three passes are bound by instruction issue), the two
+        // edge packs element by element.
         auto for_each = [&](auto&& f) {
 #pragma unroll
             for (int p = 0; p < P; ++p) {
@@ -927,9 +929,14 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 if (first >= cols) continue;
                 float v[N];
                 normk::to_floats(raw[p], v);
+                if (first >= 0 && first + N <= cols) {
 #pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    if (first + j >= 0 && first + j < cols) f(p, j, v[j]);
+                    for (int j = 0; j < N; ++j) f(v[j]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) {
+                        if (first + j >= 0 && first + j < cols) f(v[j]);
+                    }
                 }
             }
         };
@@ -937,14 +944,14 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         float mean = 0.0f, rstd;
         if constexpr (kRms) {
             float ss = 0.0f;
-            for_each([&](int, int, float v) { ss = fmaf(v, v, ss); });
+            for_each([&](float v) { ss = fmaf(v, v, ss); });
             rstd = rsqrtf(bw::block_allreduce_of<float, Sum, true>(ss, 0.0f) / fcols + eps);
         } else {
             float sum = 0.0f;
-            for_each([&](int, int, float v) { sum += v - k; });
+            for_each([&](float v) { sum += v - k; });
             mean = bw::block_allreduce_of<float, Sum, true>(sum, 0.0f) / fcols;
             float m2 = 0.0f;
-            for_each([&](int, int, float v) {
+            for_each([&](float v) {
                 const float d = (v - k) - mean;
                 m2 = fmaf(d, d, m2);
             });
