@@ -302,12 +302,24 @@ def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
             for cols in [c for c in (1, 7, 31, 1023, 1025, 4097, 12289) if c < longest] + [longest]:
                 found = norm.span_rows_candidates(cols, ctype, rms)
                 assert found, (ctype, rms, cols)
+                need = norm.span_packs_max(cols, pack)
+                assert len(found) <= norm.SPAN_ROWS_CANDIDATES
                 for c in found:  # the span at its worst offset fits, and no smaller block would
-                    assert c.packs_per_thread * c.block >= norm.span_packs_max(cols, pack)
-                    assert c.block == norm.SPAN_ROWS_BLOCKS[0] or c.packs_per_thread * c.block // 2 < norm.span_packs_max(cols, pack)
+                    assert c.packs_per_thread * c.block >= need
+                    assert c.block == norm.SPAN_ROWS_BLOCKS[0] or c.packs_per_thread * c.block // 2 < need
+                # nothing declared fits the span in fewer slots than the first candidate
+                assert all(c.packs_per_thread * c.block >= found[0].packs_per_thread * found[0].block
+                           for c in configs if c.packs_per_thread * c.block >= need)
             assert norm.span_rows_candidates(longest + 1, ctype, rms) == []
             # the worst offset: a row starting one element into a pack spans exactly that many packs
             assert norm.span_packs_max(longest, pack) == max(c.packs_per_thread * c.block for c in configs)
+
+
+def test_span_rows_fit_odd_widths_near_a_power_of_two_tightly():
+    # 1023 half columns span up to 129 packs: 5 packs x 32 threads (160 slots), not 8 x 32 (256)
+    first = norm.span_rows_candidates(1023, "half_t", False)[0]
+    assert (first.packs_per_thread, first.block) == (5, 32)
+    assert norm.span_packs_max(1023, 8) == 129
 
 
 def test_span_rows_grid_keeps_every_block_at_one_offset():

@@ -97,9 +97,16 @@ TILE_BYTES = (16384, 8192)
 SPAN_BLOCKS = (512, 256)
 """Threads per block of norm_span: each a candidate, the first the plan's guess."""
 
-SPAN_ROWS_PACKS = (4, 8)
+SPAN_ROWS_PACKS = (3, 4, 5, 6, 8)
 SPAN_ROWS_BLOCKS = (32, 64, 128, 256, 512)
-"""Packs a thread (P) and threads (B) of norm_span_rows: a row's span is at most P x B packs."""
+"""Packs a thread (P) and threads (B) of norm_span_rows: a row's span is at most P x B packs. Odd
+widths near a power of two span one pack more than it (1023 half columns: 129 packs), which
+powers of two alone fit at half their slots; the unrolled empty slots still cost instructions
+(Nsight Compute, H200, LayerNorm 1023: 8 packs x 32 threads issued 70% more instructions than
+RMSNorm's kernel of the same shape). 5 x 32 holds those 129 packs in 160 slots."""
+
+SPAN_ROWS_CANDIDATES = 2
+"""The tightest-fitting norm_span_rows shapes timed on first use."""
 
 STORAGE_TYPES = ("half_t", "bf16_t", "float")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
@@ -307,15 +314,17 @@ def span_packs_max(cols: int, pack: int) -> int:
 
 
 def span_rows_candidates(cols: int, ctype: str, rms: bool) -> list[SpanRowsConfig]:
-    """For each packs-a-thread, the smallest declared block whose P x B packs hold the row's span."""
+    """The SPAN_ROWS_CANDIDATES declared shapes whose P x B packs hold the row's span in the fewest
+    slots (for each packs-a-thread its smallest such block; more packs a thread on a tie)."""
     need = span_packs_max(cols, full_pack(ctype))
     declared = span_rows_configs(rms)
-    chosen = []
+    smallest = []
     for per_thread in SPAN_ROWS_PACKS:
         fits = [c for c in declared if c.packs_per_thread == per_thread and c.packs_per_thread * c.block >= need]
         if fits:
-            chosen.append(min(fits, key=lambda c: c.block))
-    return chosen
+            smallest.append(min(fits, key=lambda c: c.block))
+    smallest.sort(key=lambda c: (c.packs_per_thread * c.block, -c.packs_per_thread))
+    return smallest[:SPAN_ROWS_CANDIDATES]
 
 
 def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
