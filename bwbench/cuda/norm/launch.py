@@ -128,7 +128,7 @@ def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block,
 
         def occupancy(name: str, threads: int, smem: int) -> int:
             kernel = module.kernel(name)
-            if smem > 48 * 1024:
+            if smem + STATIC_SMEM_MARGIN > 48 * 1024:  # the default limit counts static memory too
                 set_max_dynamic_shared_memory(kernel, smem_limit, device)
             return max_active_blocks_per_sm(kernel, threads, smem, device)
 
