@@ -13,6 +13,8 @@
 //                    statistics and the normalization;
 //   norm_block<.., false>  one block per row, no cache: x is read a second time (from L2) for y;
 //                    only for rows too long for shared memory.
+//   norm_tile, norm_span, norm_span_rows   rows of an odd byte count, moved in aligned 16-byte
+//                    packs although they do not start on one (see their sections).
 //
 // Statistics (LayerNorm): each thread runs Welford's update over its elements, the partial
 // states are combined with Chan et al.'s pairwise merge across lanes (shuffles) and warps (shared
@@ -35,7 +37,8 @@
 #include "row_tile.cuh"
 #include "welford.cuh"
 
-// Dynamic shared memory of norm_block<..., true>: one row of x in its storage type.
+// Dynamic shared memory of norm_block<..., true>: one row of x in its storage type (and of the tile
+// tiers their packs; of norm_span_rows its shifted gamma and beta).
 extern __shared__ __align__(16) unsigned char norm_row_cache[];
 
 namespace normk {
@@ -858,6 +861,131 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
         __syncthreads();
         bw::tile::store(y, tile, cache);
         __syncthreads();
+    }
+}
+
+// =============================================================================================
+// Optimized, span-rows tier: rows of odd byte counts (1023 or 4097 half columns) held in
+// registers, one block a row. A row that starts `lead` elements past a 16-byte boundary is the
+// span of aligned packs that covers it; thread t loads packs t, t + B, ... of the span straight
+// from global memory in one 16-byte access each (the span's first and last packs carry elements
+// of the neighbouring rows, which are masked out), so x moves like a copy with no shared-memory
+// staging, and the whole packs of y are stored the same way (the edge packs element by element).
+// Column c of pack k is k * N + j - lead: gamma and beta shift with the row's lead, so the block
+// writes them, shifted, into shared memory (dynamic: the span's packs, once for gamma and once for
+// beta) and rewrites them only when the lead changes; a thread then reads its packs of them in
+// one 16-byte access each. The host launches a grid whose rows all start at the same lead
+// (gridDim.x * cols a multiple of N), so that happens once a block; any grid is correct. Held in
+// registers instead, gamma and beta took LayerNorm's 8-pack kernel to 232 registers, 8 warps an
+// SM. Statistics: the shifted two-pass sums of the tile tier (the mean of x - K, then the squares
+// about it), block-reduced.
+// =============================================================================================
+template <typename T, bool kRms, int P, int B>
+__global__ void __launch_bounds__(B, 1)
+norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+               T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
+               int cols, float eps) {
+    static_assert(B % 32 == 0 && B >= 32 && B <= 1024, "B: a multiple of 32 up to 1024");
+    constexpr int N = 16 / sizeof(T);
+    using PackT = bw::Pack<T, N>;
+    using Sum = bw::WarpAllReduceOp<bw::SumOp>;
+    const float fcols = static_cast<float>(cols);
+    const float zero = 0.0f;
+    const int span_max = (cols + 2 * N - 2) / N;  // the most packs a row spans, at any lead
+    PackT* g_shared = reinterpret_cast<PackT*>(norm_row_cache);
+    PackT* b_shared = g_shared + span_max;  // LayerNorm only
+    int held_lead = -1;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + static_cast<i64>(row) * cols;
+        const int lead = bw::tile::phase_of(xr);
+        const int span = (lead + cols + N - 1) / N;
+        const PackT* xs = reinterpret_cast<const PackT*>(xr - lead);
+        PackT raw[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const int k = static_cast<int>(threadIdx.x) + p * B;
+            if (k < span) raw[p] = xs[k];
+        }
+        if (lead != held_lead) {  // uniform over the block
+            __syncthreads();  // every thread is done with the previous lead's parameters
+            T* gs = reinterpret_cast<T*>(g_shared);
+            T* bs = reinterpret_cast<T*>(b_shared);
+            for (int e = threadIdx.x; e < span_max * N; e += B) {
+                const int c = e - lead;
+                const bool in = c >= 0 && c < cols;
+                gs[e] = in ? gamma[c] : bw::from_float<T>(zero);
+                if constexpr (!kRms) bs[e] = in ? beta[c] : bw::from_float<T>(zero);
+            }
+            __syncthreads();
+            held_lead = lead;
+        }
+        // Calls f(v) for every element of the row this thread holds: a pack inside the row without
+        // a test per element (LayerNorm's three passes are bound by instruction issue), the two
+        // edge packs element by element.
+        auto for_each = [&](auto&& f) {
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                const int first = (static_cast<int>(threadIdx.x) + p * B) * N - lead;
+                if (first >= cols) continue;
+                float v[N];
+                normk::to_floats(raw[p], v);
+                if (first >= 0 && first + N <= cols) {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) f(v[j]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) {
+                        if (first + j >= 0 && first + j < cols) f(v[j]);
+                    }
+                }
+            }
+        };
+        const float k = kRms ? 0.0f : bw::to_float(xr[0]);
+        float mean = 0.0f, rstd;
+        if constexpr (kRms) {
+            float ss = 0.0f;
+            for_each([&](float v) { ss = fmaf(v, v, ss); });
+            rstd = rsqrtf(bw::block_allreduce_of<float, Sum, true>(ss, 0.0f) / fcols + eps);
+        } else {
+            float sum = 0.0f;
+            for_each([&](float v) { sum += v - k; });
+            mean = bw::block_allreduce_of<float, Sum, true>(sum, 0.0f) / fcols;
+            float m2 = 0.0f;
+            for_each([&](float v) {
+                const float d = (v - k) - mean;
+                m2 = fmaf(d, d, m2);
+            });
+            rstd = rsqrtf(bw::block_allreduce_of<float, Sum, true>(m2, 0.0f) / fcols + eps);
+            if (threadIdx.x == 0) mean_out[row] = k + mean;
+        }
+        if (threadIdx.x == 0) rstd_out[row] = rstd;
+        const float offset = -mean * rstd;
+        T* yr = y + static_cast<i64>(row) * cols;
+        PackT* ys = reinterpret_cast<PackT*>(yr - lead);
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const int kp = static_cast<int>(threadIdx.x) + p * B;
+            const int first = kp * N - lead;
+            if (first >= cols) continue;
+            float f[N], g[N], b[N];
+            normk::to_floats(raw[p], f);
+            normk::to_floats(g_shared[kp], g);
+            if constexpr (!kRms) {
+                normk::to_floats(b_shared[kp], b);
+#pragma unroll
+                for (int j = 0; j < N; ++j) f[j] -= k;
+            }
+            if (first >= 0 && first + N <= cols) {
+                normk::store_normalized<T, kRms, N>(reinterpret_cast<T*>(ys + kp), f, rstd, offset, g, b);
+            } else {  // an edge pack: only this row's elements
+#pragma unroll
+                for (int j = 0; j < N; ++j) {
+                    const int c = first + j;
+                    if (c >= 0 && c < cols)
+                        yr[c] = bw::from_float<T>(kRms ? f[j] * rstd * g[j] : fmaf(fmaf(f[j], rstd, offset), g[j], b[j]));
+                }
+            }
+        }
     }
 }
 

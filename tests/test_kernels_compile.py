@@ -123,10 +123,11 @@ PEELED_FILES = ("softmax.cu",)
 move element by element (2-byte accesses), so only the presence of 16-byte ones is checked."""
 
 
-NO_PACK_ARGUMENT = ("norm_tile",)
+NO_PACK_ARGUMENT = ("norm_tile", "norm_span_rows")
 """Kernels of PACKED_FILES whose third template argument is no pack size (norm_tile's is the
 elements a lane holds: its packs always move whole through cp.async, its tiles' edges element by
-element)."""
+element; norm_span_rows' is the packs a thread holds, always 16-byte ones, with the edges and the
+shifted gamma and beta element by element: test_span_rows_compiles_to_wide_accesses)."""
 
 
 def _sixteen_byte_half_kernels(filename: str) -> list[str]:
@@ -207,6 +208,27 @@ def test_sixteen_byte_packs_compile_to_wide_accesses(filename: str, tmp_path: Pa
     else:
         scalar = {name: c for name, c in counts.items() if c["ld16"] > 1 or c["st16"] > 0}
         assert not scalar, f"{filename}: 2-byte global accesses in 16-byte pack kernels: {scalar}"
+
+def test_span_rows_compiles_to_wide_accesses(tmp_path: Path) -> None:
+    """norm_span_rows (rows at any offset within a pack) loads each of its P packs of x and stores
+    its whole packs of y in 16-byte accesses; only the edge packs and the shifted gamma and beta
+    move element by element."""
+    from bwbench.cuda.norm.plan import span_rows_configs
+
+    nvcc = _nvcc()
+    names = [c.name("half_t", rms) for rms in (False, True) for c in span_rows_configs(rms)]
+    wrapper = tmp_path / "span_rows.cu"
+    wrapper.write_text(_wrapper(KernelSource("norm.cu", tuple(names))))
+    cmd = [nvcc, "-std=c++17", "--ptx", "-ftz=true", "-arch=sm_90", f"-I{kernels_dir()}",
+           "-o", str(tmp_path / "out.ptx"), str(wrapper)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = global_accesses((tmp_path / "out.ptx").read_text())
+    assert len(counts) == len(names)
+    for entry, c in counts.items():
+        packs = int(re.search(r"Li(\d+)ELi\d+EEv", entry).group(1))
+        assert c["ld128"] >= packs and c["st128"] >= packs, f"{entry}: {c}"
+
 
 def _nvrtc():
     try:

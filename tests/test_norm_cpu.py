@@ -234,7 +234,7 @@ def test_every_planned_kernel_is_declared():
                 for pack in (norm.full_pack(ctype), 1):
                     if cols % pack:
                         continue
-                    for tier in (None, "registers", "smem", "uncached", "tile", "span"):
+                    for tier in (None, "registers", "smem", "uncached", "tile", "span", "span_rows"):
                         for same_phase in (False, True):
                             try:
                                 p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier, same_phase=same_phase)
@@ -288,6 +288,69 @@ def test_forced_tile_tier_needs_lined_up_packs():
     assert norm.plan(33, "float", True, 1, gpu, limit, tier="span", same_phase=True).tier == "span"
     with pytest.raises(ValueError, match="span tier needs"):
         norm.plan(33, "float", True, 1, gpu, limit, tier="span")
+
+
+def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
+    for rms in (False, True):
+        configs = norm.span_rows_configs(rms)
+        assert configs and len(set(configs)) == len(configs)
+        for c in configs:  # the row as stored (4 registers a pack), and the spare
+            assert c.packs_per_thread * 4 + norm.SPAN_ROWS_SPARE <= min(255, 65536 // c.block)
+        for ctype in ("half_t", "bf16_t", "float"):
+            pack = norm.full_pack(ctype)
+            longest = norm.span_rows_max_cols(ctype, rms)
+            for cols in [c for c in (1, 7, 31, 1023, 1025, 4097, 12289) if c < longest] + [longest]:
+                found = norm.span_rows_candidates(cols, ctype, rms)
+                assert found, (ctype, rms, cols)
+                need = norm.span_packs_max(cols, pack)
+                assert len(found) <= norm.SPAN_ROWS_CANDIDATES
+                for c in found:  # the span at its worst offset fits, and no smaller block would
+                    assert c.packs_per_thread * c.block >= need
+                    assert c.block == norm.SPAN_ROWS_BLOCKS[0] or c.packs_per_thread * c.block // 2 < need
+                # nothing declared fits the span in fewer slots than the first candidate
+                assert all(c.packs_per_thread * c.block >= found[0].packs_per_thread * found[0].block
+                           for c in configs if c.packs_per_thread * c.block >= need)
+            assert norm.span_rows_candidates(longest + 1, ctype, rms) == []
+            # the worst offset: a row starting one element into a pack spans exactly that many packs
+            assert norm.span_packs_max(longest, pack) == max(c.packs_per_thread * c.block for c in configs)
+
+
+def test_span_rows_fit_odd_widths_near_a_power_of_two_tightly():
+    # 1023 half columns span up to 129 packs: 5 packs x 32 threads (160 slots), not 8 x 32 (256)
+    first = norm.span_rows_candidates(1023, "half_t", False)[0]
+    assert (first.packs_per_thread, first.block) == (5, 32)
+    assert norm.span_packs_max(1023, 8) == 129
+
+
+def test_span_rows_grid_keeps_every_block_at_one_offset():
+    assert norm.span_rows_grid(1000, 1000, 8) == 1000  # a block a row: any grid
+    assert norm.span_rows_grid(1000, 5000, 8) == 1000
+    assert norm.span_rows_grid(1001, 5000, 8) == 1000
+    assert norm.span_rows_grid(5, 5000, 8) == 8  # never below one multiple
+    assert norm.span_rows_grid(1001, 5000, 1) == 1001
+    for grid, rows, pack, cols in [(1001, 5000, 8, 1023), (530, 49152, 4, 4097), (264, 9999, 8, 31)]:
+        g = norm.span_rows_grid(grid, rows, pack)
+        offsets = {(r * cols) % pack for r in range(3, rows, g)}  # the rows of block 3
+        assert len(offsets) == 1
+
+
+def test_odd_rows_time_the_span_rows_tier_too():
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    for ctype, rms, cols in [("half_t", False, 1023), ("half_t", True, 4097), ("float", False, 2047), ("bf16_t", True, 31)]:
+        p = norm.plan(cols, ctype, rms, 1, gpu, limit, same_phase=True)
+        held = [c for c in p.candidates if c.tier == "span_rows"]
+        assert held and p.tier in ("tile", "span")
+        assert all(c.grid_multiple == norm.full_pack(ctype) and c.rows_per_block == 1 for c in held)
+        assert all(c.smem_bytes == norm.span_packs_max(cols, norm.full_pack(ctype)) * 16 * (1 if rms else 2)
+                   for c in held)
+        assert not any(c.tier == "span_rows" for c in norm.plan(cols, ctype, rms, 1, gpu, limit).candidates)
+    forced = norm.plan(1024, "half_t", False, 8, gpu, limit, tier="span_rows", same_phase=True)
+    assert forced.tier == "span_rows" and all(c.tier == "span_rows" for c in forced.candidates)
+    with pytest.raises(ValueError, match="span_rows tier needs"):
+        norm.plan(1023, "half_t", False, 1, gpu, limit, tier="span_rows")
+    with pytest.raises(ValueError, match="span_rows tier needs .* at most"):
+        norm.plan(norm.span_rows_max_cols("half_t", False) + 1, "half_t", False, 1, gpu, limit, tier="span_rows",
+                  same_phase=True)
 
 
 def test_naive_source_declares_every_launch():

@@ -86,7 +86,7 @@ def _check(got, x, gamma, beta, rms: bool, what: str):
     assert result.passed, f"{what}: {result.message}"
 
 
-TIERS = [None, "warp", "registers", "smem", "uncached", "tile", "span"]
+TIERS = [None, "warp", "registers", "smem", "uncached", "tile", "span", "span_rows"]
 
 
 def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -> bool:
@@ -102,6 +102,8 @@ def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -
         return cols <= 4097
     if tier == "span":  # a row fits shared memory
         return cols * dtype.itemsize <= 200 * 1024
+    if tier == "span_rows":  # a row's span fits the largest instantiation
+        return cols <= norm.span_rows_max_cols(norm.cpp_type(dtype), rms)
     return True
 
 
@@ -126,7 +128,8 @@ def test_optimized_matches_reference(dtype, tier, rms):
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("tier,cols", [("warp", 200), ("warp", 64), ("registers", 4096), ("smem", 2048),
-                                       ("uncached", 1544), ("tile", 1000), ("span", 1544)])
+                                       ("uncached", 1544), ("tile", 1000), ("span", 1544),
+                                       ("span_rows", 1543)])
 def test_row_loop_covers_more_rows_than_the_grid(tier, cols, rms):
     """With one wave of blocks (one of the grids the launcher times) the kernels' row loop covers
     the rest of the rows."""
@@ -166,7 +169,7 @@ def test_misaligned_pointers_fall_back_to_scalar_packs(dtype, tier):
         with pytest.raises(ValueError, match="registers tier needs"):
             _run("layer_norm", x, gamma, beta, False, tier=tier)
         return
-    if tier in ("tile", "span"):  # x one element past a boundary, a fresh y on one: their packs do not line up
+    if tier in ("tile", "span", "span_rows"):  # x one element past a boundary, a fresh y on one: their packs do not line up
         with pytest.raises(ValueError, match=f"{tier} tier needs"):
             _run("layer_norm", x, gamma, beta, False, tier=tier)
         return
@@ -340,7 +343,7 @@ def _launch_exactly(chosen, x, gamma, beta, rms: bool):
     out = _poisoned(x, rms)
     mean, rstd = (None, out[1]) if rms else (out[1], out[2])
     args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
-    loader.launch(step.kernel, step.grid, step.plan.block, args)
+    loader.launch(step.kernel, step.grid, step.plan.block, args, shared_mem=step.plan.smem_bytes)
     torch.cuda.synchronize()
     return out
 
@@ -366,6 +369,37 @@ def test_every_registers_instantiation(dtype, rms):
                                    (3, (slots // 2 + 1) * pack, True), (300, slots * pack, True)]:
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_every_span_rows_instantiation(dtype, rms):
+    """Each norm_span_rows kernel on rows of its longest span, ragged and short rows, odd and whole
+    byte counts and mean-1e4 rows, with a block a row and with 7 blocks striding over the rows
+    (consecutive rows of a block then start at different offsets within a pack, so the kernel
+    reloads its shifted gamma and beta)."""
+    from bwbench.cuda import loader
+
+    norm = _norm()
+    ctype = norm.cpp_type(dtype)
+    pack = norm.full_pack(ctype)
+    module = loader.load(norm.OPTIMIZED[(ctype, rms)])
+    for config in norm.span_rows_configs(rms):
+        longest = config.packs_per_thread * config.block * pack - pack + 1
+        for rows, cols, cancel in [(5, longest, False), (9, longest - 2, True), (6, longest - pack + 1, False),
+                                   (11, config.block * pack // 2 + 3, False), (4, 1, False), (13, 3 * pack, False)]:
+            x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
+            chosen = norm.NormPlan("span_rows", config.name(ctype, rms), pack, config.block,
+                                   norm.span_rows_smem_bytes(cols, ctype, rms), 1)
+            if chosen.smem_bytes + norm.STATIC_SMEM_MARGIN > 48 * 1024:  # static memory counts too
+                loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), chosen.smem_bytes, 0)
+            _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
+            out = _poisoned(x, rms)
+            mean, rstd = (None, out[1]) if rms else (out[1], out[2])
+            args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
+            loader.launch(module.kernel(chosen.kernel), 7, config.block, args, shared_mem=chosen.smem_bytes)
+            torch.cuda.synchronize()
+            _check(out, x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols}) with 7 blocks")
 
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])

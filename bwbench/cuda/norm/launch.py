@@ -42,6 +42,7 @@ from bwbench.cuda.norm.plan import (
     full_pack,
     optimized_names,
     plan,
+    span_rows_grid,
 )
 
 __all__ = ["OPTIMIZED", "Chosen", "chosen_launch", "launch_plan", "layer_norm", "rms_norm"]
@@ -127,7 +128,7 @@ def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block,
 
         def occupancy(name: str, threads: int, smem: int) -> int:
             kernel = module.kernel(name)
-            if smem > 48 * 1024:
+            if smem + STATIC_SMEM_MARGIN > 48 * 1024:  # the default limit counts static memory too
                 set_max_dynamic_shared_memory(kernel, smem_limit, device)
             return max_active_blocks_per_sm(kernel, threads, smem, device)
 
@@ -142,7 +143,7 @@ def _with_grid(chosen: NormPlan, module: CompiledModule, device: int, rows: int,
         raise RuntimeError(f"{kernel.name} cannot run {chosen.block} threads per block with {chosen.smem_bytes} "
                            "bytes of dynamic shared memory on this device (occupancy 0)")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    grid = grid_blocks(-(-rows // chosen.rows_per_block), per_sm, sms, waves)
+    grid = span_rows_grid(grid_blocks(-(-rows // chosen.rows_per_block), per_sm, sms, waves), rows, chosen.grid_multiple)
     return Chosen(chosen, Launch(chosen.kernel, (grid,), (chosen.block,), chosen.smem_bytes, tier=chosen.tier,
                                  args=tuple(np.int32(a) for a in chosen.extra)), kernel)
 

@@ -13,7 +13,10 @@ The tiers, chosen by the row length as for the softmax (`plan`):
   packs, so x and y move in whole packs although the rows do not start on one. Offered first,
   with the row tier as the alternative the launcher times against it on first use;
 - "span": longer odd rows, one block a row copied through shared memory the same way (a tile of
-  one row), offered first likewise while the row fits shared memory.
+  one row), offered first likewise while the row fits shared memory;
+- "span_rows": odd rows held in registers, one block a row: each thread loads its aligned 16-byte
+  packs of the span covering the row straight from global memory; gamma and beta wait in shared
+  memory, shifted to the row's offset within a pack. Timed beside the tile or span tier.
 
 A block tier is latency-bound (measured on an H200: each block spends microseconds per row
 whatever the row length), so its throughput is rows in flight per SM times bytes per row over
@@ -31,9 +34,9 @@ from typing import Callable
 from bwbench.cuda import row_tile
 
 __all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
-           "plan", "rank_blocks", "rows_configs", "warp_config", "warp_configs"]
+           "plan", "rank_blocks", "rows_configs", "span_rows_configs", "span_rows_grid", "warp_config", "warp_configs"]
 
-TIERS = ("warp", "registers", "smem", "uncached", "tile", "span")
+TIERS = ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")
 
 WARP_BLOCK = 128
 """Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
@@ -93,6 +96,17 @@ TILE_BYTES = (16384, 8192)
 
 SPAN_BLOCKS = (512, 256)
 """Threads per block of norm_span: each a candidate, the first the plan's guess."""
+
+SPAN_ROWS_PACKS = (3, 4, 5, 6, 8)
+SPAN_ROWS_BLOCKS = (32, 64, 128, 256, 512)
+"""Packs a thread (P) and threads (B) of norm_span_rows: a row's span is at most P x B packs. Odd
+widths near a power of two span one pack more than it (1023 half columns: 129 packs), which
+powers of two alone fit at half their slots; the unrolled empty slots still cost instructions
+(Nsight Compute, H200, LayerNorm 1023: 8 packs x 32 threads issued 70% more instructions than
+RMSNorm's kernel of the same shape). 5 x 32 holds those 129 packs in 160 slots."""
+
+SPAN_ROWS_CANDIDATES = 2
+"""The tightest-fitting norm_span_rows shapes timed on first use."""
 
 STORAGE_TYPES = ("half_t", "bf16_t", "float")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
@@ -258,6 +272,84 @@ def rows_candidates(packs: int, ctype: str, rms: bool) -> list[RowsConfig]:
     return chosen
 
 
+@dataclass(frozen=True)
+class SpanRowsConfig:
+    """Template arguments of norm_span_rows: packs a thread P, threads B."""
+
+    packs_per_thread: int
+    block: int
+
+    def name(self, ctype: str, rms: bool) -> str:
+        return f"norm_span_rows<{ctype}, {_cpp_bool(rms)}, {self.packs_per_thread}, {self.block}>"
+
+
+SPAN_ROWS_SPARE = 64
+"""Registers a norm_span_rows thread needs besides its row's packs (4 registers each, as stored):
+addresses, the edge masks, the statistics and gamma and beta in flight from shared memory
+(ptxas -v, sm_90: 72 registers at 4 packs, 74-94 at 8)."""
+
+
+def span_rows_configs(rms: bool) -> tuple[SpanRowsConfig, ...]:
+    """Every norm_span_rows instantiation (the same for both modes): those whose row packs and
+    SPAN_ROWS_SPARE fit the registers __launch_bounds__(B, 1) allows."""
+    return tuple(SpanRowsConfig(p, b) for p in SPAN_ROWS_PACKS for b in SPAN_ROWS_BLOCKS
+                 if p * 4 <= min(255, 65536 // b) - SPAN_ROWS_SPARE)
+
+
+def span_rows_smem_bytes(cols: int, ctype: str, rms: bool) -> int:
+    """Dynamic shared memory of norm_span_rows: gamma (and beta), shifted, over the most packs a
+    row of `cols` spans."""
+    return span_packs_max(cols, full_pack(ctype)) * 16 * (1 if rms else 2)
+
+
+def span_rows_max_cols(ctype: str, rms: bool) -> int:
+    """Longest row norm_span_rows holds at any offset (its largest P x B, less a pack's slack)."""
+    pack = full_pack(ctype)
+    return max(c.packs_per_thread * c.block for c in span_rows_configs(rms)) * pack - pack + 1
+
+
+def span_packs_max(cols: int, pack: int) -> int:
+    """The most aligned packs of `pack` elements a row of `cols` spans, at any offset."""
+    return (cols + 2 * pack - 2) // pack
+
+
+def span_rows_candidates(cols: int, ctype: str, rms: bool) -> list[SpanRowsConfig]:
+    """The SPAN_ROWS_CANDIDATES declared shapes whose P x B packs hold the row's span in the fewest
+    slots (for each packs-a-thread its smallest such block; more packs a thread on a tie)."""
+    need = span_packs_max(cols, full_pack(ctype))
+    declared = span_rows_configs(rms)
+    smallest = []
+    for per_thread in SPAN_ROWS_PACKS:
+        fits = [c for c in declared if c.packs_per_thread == per_thread and c.packs_per_thread * c.block >= need]
+        if fits:
+            smallest.append(min(fits, key=lambda c: c.block))
+    smallest.sort(key=lambda c: (c.packs_per_thread * c.block, -c.packs_per_thread))
+    return smallest[:SPAN_ROWS_CANDIDATES]
+
+
+def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
+    """norm_span_rows plans for a row of `cols` (any offset), those that launch."""
+    smem = span_rows_smem_bytes(cols, ctype, rms)
+    if smem > smem_limit:
+        return []
+    plans = []
+    for config in span_rows_candidates(cols, ctype, rms):
+        name = config.name(ctype, rms)
+        if occupancy(name, config.block, smem) > 0:
+            plans.append(NormPlan("span_rows", name, full_pack(ctype), config.block, smem, 1,
+                                  grid_multiple=full_pack(ctype)))
+    return plans
+
+
+def span_rows_grid(grid: int, rows: int, multiple: int) -> int:
+    """A grid of about `grid` blocks whose blocks' rows (row, row + grid, ...) all start at the same
+    offset within a pack: where blocks stride over rows, a multiple of the pack's elements (then
+    grid * cols is one too); where every block has at most one row, `grid` itself."""
+    if grid >= rows or multiple <= 1:
+        return grid
+    return max(multiple, grid // multiple * multiple)
+
+
 def param_bytes(cols: int, ctype: str, rms: bool) -> int:
     """Shared memory for gamma (and beta) when a block tier keeps them there."""
     return (1 if rms else 2) * cols * ITEMSIZE[ctype]
@@ -269,6 +361,7 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
     names += [tile_name(ctype, rms, e) for e in (0, *row_tile.LANE_ELEMENTS)] + [span_name(ctype, rms)]
+    names += [c.name(ctype, rms) for c in span_rows_configs(rms)]
     return tuple(names)
 
 
@@ -343,6 +436,8 @@ class NormPlan:
     alternatives: tuple["NormPlan", ...] = ()
     extra: tuple[int, ...] = ()
     """Arguments after eps: (tile_rows, group) for the tile tier."""
+    grid_multiple: int = 1
+    """Where the blocks stride over rows, the grid is a multiple of this (span_rows_grid)."""
 
     @property
     def candidates(self) -> tuple["NormPlan", ...]:
@@ -384,23 +479,29 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     tile tier needs.
     """
     row_bytes = cols * ITEMSIZE[ctype]
-    if tier in ("tile", "span") or (tier is None and block is None and same_phase and row_bytes % 16):
+    if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
         short = row_bytes <= TILE_MAX_ROW_BYTES
+        held = span_rows_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
         if not same_phase or block is not None:
             staged = []
+        elif tier == "span_rows":
+            staged = held
         elif tier == "tile" or (tier is None and short):
             staged = tile_plans(cols, ctype, rms, occupancy, smem_limit)
         else:
             staged = span_plans(cols, ctype, rms, occupancy, smem_limit)
         if tier is not None:
             if not staged:
+                where = {"tile": "a row per group of lanes within shared memory",
+                         "span": "a row within shared memory",
+                         "span_rows": f"a row of at most {span_rows_max_cols(ctype, rms)} columns"}[tier]
                 raise ValueError(f"the {tier} tier needs x and y at the same offset within 16 bytes, no forced block, "
-                                 f"and {'a row per group of lanes' if tier == 'tile' else 'a row'} within shared "
-                                 f"memory; got cols={cols}")
+                                 f"and {where}; got cols={cols}")
             return _with_alternatives(staged[0], staged[1:])
-        if staged:
+        if staged or held:
             row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
-            return _with_alternatives(staged[0], [*staged[1:], *(_with_alternatives(c, ()) for c in row_tier.candidates)])
+            first, *rest = [*staged, *held]
+            return _with_alternatives(first, [*rest, *(_with_alternatives(c, ()) for c in row_tier.candidates)])
     if tier is not None and tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
     if block is not None and (block % 32 or not 32 <= block <= 1024):
@@ -470,4 +571,4 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
 
 def _with_alternatives(first: NormPlan, others) -> NormPlan:
     return NormPlan(first.tier, first.kernel, first.pack, first.block, first.smem_bytes, first.rows_per_block,
-                    tuple(others), first.extra)
+                    tuple(others), first.extra, first.grid_multiple)
