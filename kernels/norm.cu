@@ -877,8 +877,8 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // host makes gridDim.x * cols a multiple of N, so all of them start at the block's lead, and the
 // block writes gamma and beta shifted by it into shared memory once (dynamic: the span's packs,
 // once for gamma and once for beta); a thread then reads its packs of them in one 16-byte access
-// each. A row at another lead (another grid) reads them from global memory element by element:
-// slower, still right. Held in registers instead, gamma and beta took LayerNorm's 8-pack kernel to
+// each. On another grid a block a row rewrites the copy when its row's lead changes, and a group's
+// row at another lead reads them from global memory element by element: slower, still right. Held in registers instead, gamma and beta took LayerNorm's 8-pack kernel to
 // 232 registers, 8 warps an SM. Statistics: the shifted two-pass sums of the tile tier (the mean
 // of x - K, then the squares about it), reduced over the row's threads.
 // =============================================================================================
@@ -900,16 +900,26 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
     const int group = static_cast<int>(threadIdx.x) / W;
     PackT* g_shared = reinterpret_cast<PackT*>(norm_row_cache);
     PackT* b_shared = g_shared + span_max;  // LayerNorm only
-    const int block_lead = bw::tile::phase_of(x + static_cast<i64>(blockIdx.x) * cols);
-    {
+    // Writes gamma and beta shifted by `lead` into shared memory (every thread of the block).
+    auto shift_params = [&](int lead) {
         T* gs = reinterpret_cast<T*>(g_shared);
         T* bs = reinterpret_cast<T*>(b_shared);
         for (int e = threadIdx.x; e < span_max * N; e += B) {
-            const int c = e - block_lead;
+            const int c = e - lead;
             const bool in = c >= 0 && c < cols;
             gs[e] = in ? gamma[c] : bw::from_float<T>(zero);
             if constexpr (!kRms) bs[e] = in ? beta[c] : bw::from_float<T>(zero);
         }
+    };
+    // A block a row (W = B) rewrites the shifted copy whenever its row's lead changes (never, on
+    // the launcher's grid): its threads move through the rows together. Groups (W < B) hold
+    // rows at once, so the copy keeps the block's lead and a row at another reads gamma and beta
+    // from global memory; that path only exists in the group kernels, where its registers cost
+    // less (with it, the block-a-row kernels took 16-23 more).
+    int held_lead = -1;
+    const int block_lead = bw::tile::phase_of(x + static_cast<i64>(blockIdx.x) * cols);
+    if constexpr (W != B) {
+        shift_params(block_lead);
         __syncthreads();
     }
     auto reduce = [](float v) {
@@ -937,6 +947,14 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         for (int p = 0; p < P; ++p) {
             const int k = t + p * W;
             if (k < span) raw[p] = xs[k];
+        }
+        if constexpr (W == B) {
+            if (lead != held_lead) {  // uniform over the block
+                __syncthreads();  // every thread is done with the previous lead's parameters
+                shift_params(lead);
+                __syncthreads();
+                held_lead = lead;
+            }
         }
         // Calls f(v) for every element of the row this thread holds: a pack inside the row without
         // a test per element, the two edge packs element by element.
@@ -979,7 +997,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         }
         if (t == 0 && live) rstd_out[row] = rstd;
         const float offset = -mean * rstd;
-        const bool shifted = lead == block_lead;  // gamma and beta from shared memory
+        const bool shifted = W == B || lead == block_lead;  // gamma and beta from shared memory
         T* yr = y + static_cast<i64>(row) * cols;
         PackT* ys = reinterpret_cast<PackT*>(yr - lead);
 #pragma unroll
