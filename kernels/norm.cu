@@ -866,67 +866,106 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 
 // =============================================================================================
 // Optimized, span-rows tier: rows of odd byte counts (1023 or 4097 half columns) held in
-// registers, one block a row. A row that starts `lead` elements past a 16-byte boundary is the
-// span of aligned packs that covers it; thread t loads packs t, t + B, ... of the span straight
-// from global memory in one 16-byte access each (the span's first and last packs carry elements
-// of the neighbouring rows, which are masked out), so x moves like a copy with no shared-memory
-// staging, and the whole packs of y are stored the same way (the edge packs element by element).
-// Column c of pack k is k * N + j - lead: gamma and beta shift with the row's lead, so the block
-// writes them, shifted, into shared memory (dynamic: the span's packs, once for gamma and once for
-// beta) and rewrites them only when the lead changes; a thread then reads its packs of them in
-// one 16-byte access each. The host launches a grid whose rows all start at the same lead
-// (gridDim.x * cols a multiple of N), so that happens once a block; any grid is correct. Held in
-// registers instead, gamma and beta took LayerNorm's 8-pack kernel to 232 registers, 8 warps an
-// SM. Statistics: the shifted two-pass sums of the tile tier (the mean of x - K, then the squares
-// about it), block-reduced.
+// registers, W threads a row: a group of W lanes (W <= 32, B / W rows a block) or the whole block
+// (W = B). A row that starts `lead` elements past a 16-byte boundary is the span of aligned packs
+// that covers it; thread t of a row loads packs t, t + W, ... of the span straight from global
+// memory in one 16-byte access each (the span's first and last packs carry elements of the
+// neighbouring rows, which are masked out), so x moves like a copy with no shared-memory staging,
+// and the whole packs of y are stored the same way (the edge packs element by element).
+// Column c of pack k is k * N + j - lead: gamma and beta shift with the row's lead. Block b takes
+// rows b, b + gridDim.x, b + 2 gridDim.x, ... (group g the g-th, g + B/W-th, ... of them); the
+// host makes gridDim.x * cols a multiple of N, so all of them start at the block's lead, and the
+// block writes gamma and beta shifted by it into shared memory once (dynamic: the span's packs,
+// once for gamma and once for beta); a thread then reads its packs of them in one 16-byte access
+// each. On another grid a block a row rewrites the copy when its row's lead changes, and a group's
+// row at another lead reads them from global memory element by element: slower, still right. Held in registers instead, gamma and beta took LayerNorm's 8-pack kernel to
+// 232 registers, 8 warps an SM. Statistics: the shifted two-pass sums of the tile tier (the mean
+// of x - K, then the squares about it), reduced over the row's threads.
 // =============================================================================================
-template <typename T, bool kRms, int P, int B>
+template <typename T, bool kRms, int P, int W, int B>
 __global__ void __launch_bounds__(B, 1)
 norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
                int cols, float eps) {
     static_assert(B % 32 == 0 && B >= 32 && B <= 1024, "B: a multiple of 32 up to 1024");
+    static_assert(W == B || (W <= 32 && (W & (W - 1)) == 0), "W: the block, or a power of two up to a warp");
     constexpr int N = 16 / sizeof(T);
+    constexpr int kGroups = B / W;  // rows a block has in flight
     using PackT = bw::Pack<T, N>;
     using Sum = bw::WarpAllReduceOp<bw::SumOp>;
     const float fcols = static_cast<float>(cols);
     const float zero = 0.0f;
     const int span_max = (cols + 2 * N - 2) / N;  // the most packs a row spans, at any lead
+    const int t = static_cast<int>(threadIdx.x) % W;  // thread within the row
+    const int group = static_cast<int>(threadIdx.x) / W;
     PackT* g_shared = reinterpret_cast<PackT*>(norm_row_cache);
     PackT* b_shared = g_shared + span_max;  // LayerNorm only
+    // Writes gamma and beta shifted by `lead` into shared memory (every thread of the block).
+    auto shift_params = [&](int lead) {
+        T* gs = reinterpret_cast<T*>(g_shared);
+        T* bs = reinterpret_cast<T*>(b_shared);
+        for (int e = threadIdx.x; e < span_max * N; e += B) {
+            const int c = e - lead;
+            const bool in = c >= 0 && c < cols;
+            gs[e] = in ? gamma[c] : bw::from_float<T>(zero);
+            if constexpr (!kRms) bs[e] = in ? beta[c] : bw::from_float<T>(zero);
+        }
+    };
+    // A block a row (W = B) rewrites the shifted copy whenever its row's lead changes (never, on
+    // the launcher's grid): its threads move through the rows together. Groups (W < B) hold
+    // rows at once, so the copy keeps the block's lead and a row at another reads gamma and beta
+    // from global memory; that path only exists in the group kernels, where its registers cost
+    // less (with it, the block-a-row kernels took 16-23 more).
     int held_lead = -1;
-    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int block_lead = bw::tile::phase_of(x + static_cast<i64>(blockIdx.x) * cols);
+    if constexpr (W != B) {
+        shift_params(block_lead);
+        __syncthreads();
+    }
+    auto reduce = [](float v) {
+        if constexpr (W == B) {
+            return bw::block_allreduce_of<float, Sum, true>(v, 0.0f);
+        } else {
+            return bw::warp_allreduce<bw::SumOp, W>(v);
+        }
+    };
+    // The loop runs as long as the block's (W = B) or the warp's first row is in range, the same
+    // number of times for every group of a warp, which shuffle together. For a block a row the
+    // offsets are 0 and `live` is true at compile time: one add and one compare a row, as in the
+    // other block tiers (64-bit row bookkeeping there cost RMSNorm 1-2% and 8-16 registers). Row
+    // numbers are ints, as in the other tiers.
+    const int lead_offset = (W == B ? 0 : (static_cast<int>(threadIdx.x) & ~31) / W) * static_cast<int>(gridDim.x);
+    const int group_offset = group * static_cast<int>(gridDim.x);
+    const int row_step = kGroups * static_cast<int>(gridDim.x);
+    for (int base = blockIdx.x; base < rows - lead_offset; base += row_step) {
+        const bool live = W == B || base < rows - group_offset;
+        const int row = base + (live ? group_offset : lead_offset);
         const T* xr = x + static_cast<i64>(row) * cols;
         const int lead = bw::tile::phase_of(xr);
-        const int span = (lead + cols + N - 1) / N;
+        const int span = live ? (lead + cols + N - 1) / N : 0;
         const PackT* xs = reinterpret_cast<const PackT*>(xr - lead);
         PackT raw[P];
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-            const int k = static_cast<int>(threadIdx.x) + p * B;
+            const int k = t + p * W;
             if (k < span) raw[p] = xs[k];
         }
-        if (lead != held_lead) {  // uniform over the block
-            __syncthreads();  // every thread is done with the previous lead's parameters
-            T* gs = reinterpret_cast<T*>(g_shared);
-            T* bs = reinterpret_cast<T*>(b_shared);
-            for (int e = threadIdx.x; e < span_max * N; e += B) {
-                const int c = e - lead;
-                const bool in = c >= 0 && c < cols;
-                gs[e] = in ? gamma[c] : bw::from_float<T>(zero);
-                if constexpr (!kRms) bs[e] = in ? beta[c] : bw::from_float<T>(zero);
+        if constexpr (W == B) {
+            if (lead != held_lead) {  // uniform over the block
+                __syncthreads();  // every thread is done with the previous lead's parameters
+                shift_params(lead);
+                __syncthreads();
+                held_lead = lead;
             }
-            __syncthreads();
-            held_lead = lead;
         }
         // Calls f(v) for every element of the row this thread holds: a pack inside the row without
-        // a test per element (LayerNorm's three passes are bound by instruction issue), the two
-        // edge packs element by element.
+        // a test per element, the two edge packs element by element.
         auto for_each = [&](auto&& f) {
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-                const int first = (static_cast<int>(threadIdx.x) + p * B) * N - lead;
-                if (first >= cols) continue;
+                const int k = t + p * W;
+                if (k >= span) continue;
+                const int first = k * N - lead;
                 float v[N];
                 normk::to_floats(raw[p], v);
                 if (first >= 0 && first + N <= cols) {
@@ -945,33 +984,44 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         if constexpr (kRms) {
             float ss = 0.0f;
             for_each([&](float v) { ss = fmaf(v, v, ss); });
-            rstd = rsqrtf(bw::block_allreduce_of<float, Sum, true>(ss, 0.0f) / fcols + eps);
+            rstd = rsqrtf(reduce(ss) / fcols + eps);
         } else {
             float sum = 0.0f;
             for_each([&](float v) { sum += v - k; });
-            mean = bw::block_allreduce_of<float, Sum, true>(sum, 0.0f) / fcols;
+            mean = reduce(sum) / fcols;
             float m2 = 0.0f;
             for_each([&](float v) {
                 const float d = (v - k) - mean;
                 m2 = fmaf(d, d, m2);
             });
-            rstd = rsqrtf(bw::block_allreduce_of<float, Sum, true>(m2, 0.0f) / fcols + eps);
-            if (threadIdx.x == 0) mean_out[row] = k + mean;
+            rstd = rsqrtf(reduce(m2) / fcols + eps);
+            if (t == 0 && live) mean_out[row] = k + mean;
         }
-        if (threadIdx.x == 0) rstd_out[row] = rstd;
+        if (t == 0 && live) rstd_out[row] = rstd;
         const float offset = -mean * rstd;
+        const bool shifted = W == B || lead == block_lead;  // gamma and beta from shared memory
         T* yr = y + static_cast<i64>(row) * cols;
         PackT* ys = reinterpret_cast<PackT*>(yr - lead);
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-            const int kp = static_cast<int>(threadIdx.x) + p * B;
+            const int kp = t + p * W;
+            if (kp >= span) continue;
             const int first = kp * N - lead;
-            if (first >= cols) continue;
             float f[N], g[N], b[N];
             normk::to_floats(raw[p], f);
-            normk::to_floats(g_shared[kp], g);
+            if (shifted) {
+                normk::to_floats(g_shared[kp], g);
+                if constexpr (!kRms) normk::to_floats(b_shared[kp], b);
+            } else {
+#pragma unroll
+                for (int j = 0; j < N; ++j) {
+                    const int c = first + j;
+                    const bool in = c >= 0 && c < cols;
+                    g[j] = in ? bw::to_float(gamma[c]) : 0.0f;
+                    b[j] = !kRms && in ? bw::to_float(beta[c]) : 0.0f;
+                }
+            }
             if constexpr (!kRms) {
-                normk::to_floats(b_shared[kp], b);
 #pragma unroll
                 for (int j = 0; j < N; ++j) f[j] -= k;
             }

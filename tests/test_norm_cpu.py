@@ -294,40 +294,45 @@ def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
     for rms in (False, True):
         configs = norm.span_rows_configs(rms)
         assert configs and len(set(configs)) == len(configs)
+        assert {c.width for c in configs} >= {*norm.SPAN_ROWS_GROUP_WIDTHS, *norm.SPAN_ROWS_BLOCKS}
         for c in configs:  # the row as stored (4 registers a pack), and the spare
             assert c.packs_per_thread * 4 + norm.SPAN_ROWS_SPARE <= min(255, 65536 // c.block)
+            assert c.width == c.block or (c.width <= 32 and c.block % c.width == 0)
+            assert c.rows_per_block == c.block // c.width and c.slots == c.packs_per_thread * c.width
         for ctype in ("half_t", "bf16_t", "float"):
             pack = norm.full_pack(ctype)
             longest = norm.span_rows_max_cols(ctype, rms)
-            for cols in [c for c in (1, 7, 31, 1023, 1025, 4097, 12289) if c < longest] + [longest]:
+            for cols in [c for c in (1, 7, 31, 33, 129, 197, 577, 1023, 1025, 4097, 12289) if c < longest] + [longest]:
                 found = norm.span_rows_candidates(cols, ctype, rms)
                 assert found, (ctype, rms, cols)
                 need = norm.span_packs_max(cols, pack)
                 assert len(found) <= norm.SPAN_ROWS_CANDIDATES
-                for c in found:  # the span at its worst offset fits, and no smaller block would
-                    assert c.packs_per_thread * c.block >= need
-                    assert c.block == norm.SPAN_ROWS_BLOCKS[0] or c.packs_per_thread * c.block // 2 < need
+                assert all(c.slots >= need for c in found)  # the span at its worst offset fits
                 # nothing declared fits the span in fewer slots than the first candidate
-                assert all(c.packs_per_thread * c.block >= found[0].packs_per_thread * found[0].block
-                           for c in configs if c.packs_per_thread * c.block >= need)
+                assert all(c.slots >= found[0].slots for c in configs if c.slots >= need)
             assert norm.span_rows_candidates(longest + 1, ctype, rms) == []
             # the worst offset: a row starting one element into a pack spans exactly that many packs
-            assert norm.span_packs_max(longest, pack) == max(c.packs_per_thread * c.block for c in configs)
+            assert norm.span_packs_max(longest, pack) == max(c.slots for c in configs)
 
 
-def test_span_rows_fit_odd_widths_near_a_power_of_two_tightly():
+def test_span_rows_fit_odd_widths_tightly():
     # 1023 half columns span up to 129 packs: 5 packs x 32 threads (160 slots), not 8 x 32 (256)
     first = norm.span_rows_candidates(1023, "half_t", False)[0]
-    assert (first.packs_per_thread, first.block) == (5, 32)
+    assert (first.packs_per_thread, first.width, first.block) == (5, 32, 32)
     assert norm.span_packs_max(1023, 8) == 129
+    # 129 half columns span up to 18 packs: groups of 4 lanes of 5 packs, 32 rows a block
+    first = norm.span_rows_candidates(129, "half_t", True)[0]
+    assert (first.packs_per_thread, first.width, first.block) == (5, 4, norm.SPAN_ROWS_GROUP_BLOCK)
 
 
 def test_span_rows_grid_keeps_every_block_at_one_offset():
-    assert norm.span_rows_grid(1000, 1000, 8) == 1000  # a block a row: any grid
+    assert norm.span_rows_grid(1000, 1000, 8) == 1000
+    assert norm.span_rows_grid(1001, 1001, 8) == 1008  # covers the work: rounded up, extra blocks idle
     assert norm.span_rows_grid(1000, 5000, 8) == 1000
-    assert norm.span_rows_grid(1001, 5000, 8) == 1000
+    assert norm.span_rows_grid(1001, 5000, 8) == 1000  # strides: rounded down
     assert norm.span_rows_grid(5, 5000, 8) == 8  # never below one multiple
     assert norm.span_rows_grid(1001, 5000, 1) == 1001
+    assert norm.span_rows_grid(2**31 - 2, 2**31 - 2, 8) % 8 == 0
     for grid, rows, pack, cols in [(1001, 5000, 8, 1023), (530, 49152, 4, 4097), (264, 9999, 8, 31)]:
         g = norm.span_rows_grid(grid, rows, pack)
         offsets = {(r * cols) % pack for r in range(3, rows, g)}  # the rows of block 3
@@ -340,7 +345,7 @@ def test_odd_rows_time_the_span_rows_tier_too():
         p = norm.plan(cols, ctype, rms, 1, gpu, limit, same_phase=True)
         held = [c for c in p.candidates if c.tier == "span_rows"]
         assert held and p.tier in ("tile", "span")
-        assert all(c.grid_multiple == norm.full_pack(ctype) and c.rows_per_block == 1 for c in held)
+        assert all(c.grid_multiple == norm.full_pack(ctype) and c.rows_per_block >= 1 for c in held)
         assert all(c.smem_bytes == norm.span_packs_max(cols, norm.full_pack(ctype)) * 16 * (1 if rms else 2)
                    for c in held)
         assert not any(c.tier == "span_rows" for c in norm.plan(cols, ctype, rms, 1, gpu, limit).candidates)

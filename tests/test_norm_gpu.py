@@ -375,9 +375,9 @@ def test_every_registers_instantiation(dtype, rms):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_span_rows_instantiation(dtype, rms):
     """Each norm_span_rows kernel on rows of its longest span, ragged and short rows, odd and whole
-    byte counts and mean-1e4 rows, with a block a row and with 7 blocks striding over the rows
-    (consecutive rows of a block then start at different offsets within a pack, so the kernel
-    reloads its shifted gamma and beta)."""
+    byte counts and mean-1e4 rows, with the grid the launcher gives and with 7 blocks striding over
+    the rows (a block's rows then start at different offsets within a pack, so the rows off the
+    block's offset read gamma and beta from global memory)."""
     from bwbench.cuda import loader
 
     norm = _norm()
@@ -385,12 +385,13 @@ def test_every_span_rows_instantiation(dtype, rms):
     pack = norm.full_pack(ctype)
     module = loader.load(norm.OPTIMIZED[(ctype, rms)])
     for config in norm.span_rows_configs(rms):
-        longest = config.packs_per_thread * config.block * pack - pack + 1
-        for rows, cols, cancel in [(5, longest, False), (9, longest - 2, True), (6, longest - pack + 1, False),
-                                   (11, config.block * pack // 2 + 3, False), (4, 1, False), (13, 3 * pack, False)]:
+        longest = config.slots * pack - pack + 1
+        many = 3 * config.rows_per_block + 1  # several rows a group, the last block's groups partly idle
+        for rows, cols, cancel in [(5, longest, False), (9, longest - 2, True), (many, longest - pack + 1, False),
+                                   (many, config.slots * pack // 2 + 3, False), (4, 1, False), (13, 3, False)]:
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
             chosen = norm.NormPlan("span_rows", config.name(ctype, rms), pack, config.block,
-                                   norm.span_rows_smem_bytes(cols, ctype, rms), 1)
+                                   norm.span_rows_smem_bytes(cols, ctype, rms), config.rows_per_block)
             if chosen.smem_bytes + norm.STATIC_SMEM_MARGIN > 48 * 1024:  # static memory counts too
                 loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), chosen.smem_bytes, 0)
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")

@@ -143,7 +143,8 @@ def _with_grid(chosen: NormPlan, module: CompiledModule, device: int, rows: int,
         raise RuntimeError(f"{kernel.name} cannot run {chosen.block} threads per block with {chosen.smem_bytes} "
                            "bytes of dynamic shared memory on this device (occupancy 0)")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    grid = span_rows_grid(grid_blocks(-(-rows // chosen.rows_per_block), per_sm, sms, waves), rows, chosen.grid_multiple)
+    work = -(-rows // chosen.rows_per_block)
+    grid = span_rows_grid(grid_blocks(work, per_sm, sms, waves), work, chosen.grid_multiple)
     return Chosen(chosen, Launch(chosen.kernel, (grid,), (chosen.block,), chosen.smem_bytes, tier=chosen.tier,
                                  args=tuple(np.int32(a) for a in chosen.extra)), kernel)
 

@@ -99,11 +99,17 @@ SPAN_BLOCKS = (512, 256)
 
 SPAN_ROWS_PACKS = (3, 4, 5, 6, 8)
 SPAN_ROWS_BLOCKS = (32, 64, 128, 256, 512)
-"""Packs a thread (P) and threads (B) of norm_span_rows: a row's span is at most P x B packs. Odd
-widths near a power of two span one pack more than it (1023 half columns: 129 packs), which
-powers of two alone fit at half their slots; the unrolled empty slots still cost instructions
-(Nsight Compute, H200, LayerNorm 1023: 8 packs x 32 threads issued 70% more instructions than
-RMSNorm's kernel of the same shape). 5 x 32 holds those 129 packs in 160 slots."""
+"""Packs a thread (P) and threads (B) of norm_span_rows with a block a row: a row's span is at most
+P x B packs. Odd widths near a power of two span one pack more than it (1023 half columns: 129
+packs), which powers of two alone fit at half their slots; the unrolled empty slots still cost
+instructions (Nsight Compute, H200, LayerNorm 1023: 8 packs x 32 threads issued 70% more
+instructions than RMSNorm's kernel of the same shape). 5 x 32 holds those 129 packs in 160 slots."""
+
+SPAN_ROWS_GROUP_WIDTHS = (2, 4, 8, 16)
+SPAN_ROWS_GROUP_PACKS = (3, 4, 5)
+SPAN_ROWS_GROUP_BLOCK = 128
+"""Shorter odd rows (up to 16 x 5 packs: 639 half columns) in groups of W lanes, a row a group,
+P packs a lane, SPAN_ROWS_GROUP_BLOCK threads a block."""
 
 SPAN_ROWS_CANDIDATES = 2
 """The tightest-fitting norm_span_rows shapes timed on first use."""
@@ -274,13 +280,23 @@ def rows_candidates(packs: int, ctype: str, rms: bool) -> list[RowsConfig]:
 
 @dataclass(frozen=True)
 class SpanRowsConfig:
-    """Template arguments of norm_span_rows: packs a thread P, threads B."""
+    """Template arguments of norm_span_rows: packs a thread P, threads a row W, threads B."""
 
     packs_per_thread: int
+    width: int
     block: int
 
+    @property
+    def slots(self) -> int:
+        """Packs a row can span: P x W."""
+        return self.packs_per_thread * self.width
+
+    @property
+    def rows_per_block(self) -> int:
+        return self.block // self.width
+
     def name(self, ctype: str, rms: bool) -> str:
-        return f"norm_span_rows<{ctype}, {_cpp_bool(rms)}, {self.packs_per_thread}, {self.block}>"
+        return f"norm_span_rows<{ctype}, {_cpp_bool(rms)}, {self.packs_per_thread}, {self.width}, {self.block}>"
 
 
 SPAN_ROWS_SPARE = 64
@@ -292,8 +308,9 @@ addresses, the edge masks, the statistics and gamma and beta in flight from shar
 def span_rows_configs(rms: bool) -> tuple[SpanRowsConfig, ...]:
     """Every norm_span_rows instantiation (the same for both modes): those whose row packs and
     SPAN_ROWS_SPARE fit the registers __launch_bounds__(B, 1) allows."""
-    return tuple(SpanRowsConfig(p, b) for p in SPAN_ROWS_PACKS for b in SPAN_ROWS_BLOCKS
-                 if p * 4 <= min(255, 65536 // b) - SPAN_ROWS_SPARE)
+    rows = [SpanRowsConfig(p, b, b) for p in SPAN_ROWS_PACKS for b in SPAN_ROWS_BLOCKS]
+    groups = [SpanRowsConfig(p, w, SPAN_ROWS_GROUP_BLOCK) for p in SPAN_ROWS_GROUP_PACKS for w in SPAN_ROWS_GROUP_WIDTHS]
+    return tuple(c for c in groups + rows if c.packs_per_thread * 4 <= min(255, 65536 // c.block) - SPAN_ROWS_SPARE)
 
 
 def span_rows_smem_bytes(cols: int, ctype: str, rms: bool) -> int:
@@ -305,7 +322,7 @@ def span_rows_smem_bytes(cols: int, ctype: str, rms: bool) -> int:
 def span_rows_max_cols(ctype: str, rms: bool) -> int:
     """Longest row norm_span_rows holds at any offset (its largest P x B, less a pack's slack)."""
     pack = full_pack(ctype)
-    return max(c.packs_per_thread * c.block for c in span_rows_configs(rms)) * pack - pack + 1
+    return max(c.slots for c in span_rows_configs(rms)) * pack - pack + 1
 
 
 def span_packs_max(cols: int, pack: int) -> int:
@@ -314,17 +331,12 @@ def span_packs_max(cols: int, pack: int) -> int:
 
 
 def span_rows_candidates(cols: int, ctype: str, rms: bool) -> list[SpanRowsConfig]:
-    """The SPAN_ROWS_CANDIDATES declared shapes whose P x B packs hold the row's span in the fewest
-    slots (for each packs-a-thread its smallest such block; more packs a thread on a tie)."""
+    """The SPAN_ROWS_CANDIDATES declared shapes whose P x W packs hold the row's span in the fewest
+    slots (more packs a thread first on a tie, then the smaller block)."""
     need = span_packs_max(cols, full_pack(ctype))
-    declared = span_rows_configs(rms)
-    smallest = []
-    for per_thread in SPAN_ROWS_PACKS:
-        fits = [c for c in declared if c.packs_per_thread == per_thread and c.packs_per_thread * c.block >= need]
-        if fits:
-            smallest.append(min(fits, key=lambda c: c.block))
-    smallest.sort(key=lambda c: (c.packs_per_thread * c.block, -c.packs_per_thread))
-    return smallest[:SPAN_ROWS_CANDIDATES]
+    fits = [c for c in span_rows_configs(rms) if c.slots >= need]
+    fits.sort(key=lambda c: (c.slots, -c.packs_per_thread, c.block))
+    return fits[:SPAN_ROWS_CANDIDATES]
 
 
 def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
@@ -336,17 +348,21 @@ def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", sm
     for config in span_rows_candidates(cols, ctype, rms):
         name = config.name(ctype, rms)
         if occupancy(name, config.block, smem) > 0:
-            plans.append(NormPlan("span_rows", name, full_pack(ctype), config.block, smem, 1,
+            plans.append(NormPlan("span_rows", name, full_pack(ctype), config.block, smem, config.rows_per_block,
                                   grid_multiple=full_pack(ctype)))
     return plans
 
 
-def span_rows_grid(grid: int, rows: int, multiple: int) -> int:
-    """A grid of about `grid` blocks whose blocks' rows (row, row + grid, ...) all start at the same
-    offset within a pack: where blocks stride over rows, a multiple of the pack's elements (then
-    grid * cols is one too); where every block has at most one row, `grid` itself."""
-    if grid >= rows or multiple <= 1:
+def span_rows_grid(grid: int, work: int, multiple: int, max_grid: int = 2**31 - 1) -> int:
+    """A grid of about `grid` blocks, a multiple of `multiple` (the pack's elements): block b takes
+    rows b, b + grid, ..., so with grid * cols a multiple of the pack they all start at the same
+    offset within one. Rounded up where `grid` covers the `work` (blocks' worth of rows: the extra
+    blocks find none), down where blocks stride over rows."""
+    if multiple <= 1:
         return grid
+    up = -(-grid // multiple) * multiple
+    if grid >= work and up <= max_grid:
+        return up
     return max(multiple, grid // multiple * multiple)
 
 
