@@ -1,4 +1,4 @@
-"""tools/tiers.py: every softmax tier forced at a shape. Its measuring needs a GPU; what it checks
+"""tools/tiers.py: every softmax or norm tier forced at a shape. Its measuring needs a GPU; what it checks
 before any GPU work, and its table, are tested here."""
 
 import importlib.util
@@ -27,6 +27,17 @@ def test_a_request_names_the_op_shapes_dtypes_and_tiers(tiers):
     every = tiers.parse(["softmax", "--rows", "8", "--cols", "33"])
     assert every.dtypes == ("float16",) and every.tiers == tiers.OPS["softmax"][2]
     assert "registers" not in tiers.parse(["softmax_backward", "--rows", "8", "--cols", "33"]).tiers
+    norm = tiers.parse(["layer_norm", "--rows", "49152", "--cols", "1023,4097", "--tiers", "tile,span_rows"])
+    assert norm.op == "layer_norm" and norm.cols == (1023, 4097) and norm.tiers == ("tile", "span_rows")
+
+
+def test_the_norm_tiers_are_the_launchers(tiers):
+    from bwbench.cuda.norm import plan
+
+    for op in tiers.NORMS:
+        assert set(tiers.OPS[op][2]) == set(plan.TIERS)
+    with pytest.raises(ValueError, match="--tiers takes"):
+        tiers.parse(["rms_norm", "--rows", "8", "--cols", "33", "--tiers", "cluster"])
 
 
 @pytest.mark.parametrize("argv,message", [

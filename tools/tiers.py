@@ -1,14 +1,15 @@
-"""Every tier of the softmax family forced at a shape, beside the automatic choice: checked, then timed.
+"""Every tier of the softmax family or the norms forced at a shape, beside the automatic choice: checked, then timed.
 
 Usage: python tools/tiers.py OP --rows R --cols C1,C2 [--dtype float16,float32] [--tiers warp,cluster]
 
-OP is softmax, log_softmax or softmax_backward. For each shape and dtype it runs the dispatcher's
-own choice ("auto") and then each tier forced (`tier=` of bwbench.cuda.softmax), on the same
-random inputs. A tier that cannot run the shape says why; a result outside the suite's tolerance
-of a float64 reference is reported wrong and not timed. The others are timed with `bwbench.bench`,
-cold in L2 as `bwbench run` times, against a copy of the same bytes measured in the same call, and
-printed as a markdown table (% of that copy, GB/s, median µs). This is how the dispatch's rules
-are measured: docs/softmax.md's forced-tier tables come from it.
+OP is softmax, log_softmax, softmax_backward, layer_norm or rms_norm. For each shape and dtype it
+runs the launcher's own choice ("auto") and then each tier forced (`tier=` of bwbench.cuda.softmax
+or bwbench.cuda.norm), on the same random inputs. A tier that cannot run the shape says why; a
+result outside the suite's tolerance of its float64 reference is reported wrong and not timed.
+The others are timed with `bwbench.bench`, cold in L2 as `bwbench run` times, against a copy of
+the same bytes measured in the same call, and printed as a markdown table (% of that copy, GB/s,
+median µs). This is how the launchers' rules are measured: the forced-tier tables of
+docs/softmax.md and docs/norm.md come from it.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import sys
 from dataclasses import dataclass
 
 OPS = {
-    # op: (suite whose tolerance checks it, reads+writes in tensors of the input's size, tiers)
+    # op: (suite whose reference and tolerance check it, reads+writes in tensors of the input's size, tiers)
     "softmax": ("softmax", 2, ("warp", "warp_fit", "registers", "smem", "uncached", "cluster", "tile")),
     "log_softmax": ("log_softmax", 2, ("warp", "warp_fit", "registers", "smem", "uncached", "cluster", "tile")),
     "softmax_backward": ("softmax_backward", 3, ("warp", "smem", "uncached", "cluster", "tile")),
+    "layer_norm": ("layernorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
+    "rms_norm": ("rmsnorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
 }
+NORMS = ("layer_norm", "rms_norm")
+EPS = 1e-5
 DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -79,53 +84,97 @@ def parse(argv: list[str] | None) -> Request:
                    tiers=_names(args.tiers, OPS[args.op][2], "tiers"), max_time=args.max_time)
 
 
+@dataclass(frozen=True)
+class Shape:
+    """One (cols, dtype) of a request: how to call the op with a tier, its float64 reference, the
+    suite's tolerance, the bytes it moves and the tier a call ran."""
+
+    call: object  # (options) -> outputs
+    reference: object
+    tolerance: object
+    nbytes: int
+    ran: object  # (options) -> str, asked after the call
+
+
+def _softmax_shape(op: str, rows: int, cols: int, dtype, gen) -> Shape:
+    import torch
+
+    from bwbench.cuda import softmax as kernels
+    from bwbench.discovery import get_suite
+
+    suite_name, tensors, _ = OPS[op]
+    x = torch.randn(rows, cols, generator=gen, device="cuda")
+    if op == "softmax_backward":
+        y = torch.softmax(x, -1).to(dtype)
+        dy = torch.randn(rows, cols, generator=gen, device="cuda").to(dtype)
+        args = (y, dy)
+        reference = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
+    else:
+        args = (x.to(dtype),)
+        reference = (torch.softmax if op == "softmax" else torch.log_softmax)(args[0].double(), -1)
+    function = getattr(kernels, op)
+    return Shape(call=lambda options: function(*args, **options), reference=reference,
+                 tolerance=get_suite(suite_name).tolerance(str(dtype).removeprefix("torch.")),
+                 nbytes=tensors * x.numel() * args[0].element_size(),
+                 ran=lambda options: kernels.which_tier(args[0], op, **options))
+
+
+def _norm_shape(op: str, rows: int, cols: int, dtype, gen) -> Shape:
+    import torch
+
+    from bwbench.cuda import norm as kernels
+    from bwbench.discovery import get_suite
+
+    rms = op == "rms_norm"
+    suite = get_suite(OPS[op][0])
+    x = torch.randn(rows, cols, generator=gen, device="cuda").to(dtype)
+    gamma = torch.randn(cols, generator=gen, device="cuda").to(dtype)
+    inputs = {"x": x, "gamma": gamma, "eps": EPS} if rms else \
+        {"x": x, "gamma": gamma, "beta": torch.randn(cols, generator=gen, device="cuda").to(dtype), "eps": EPS}
+    function = getattr(kernels, op)
+
+    def ran(options) -> str:
+        step = kernels.chosen_launch(x, rms, **options)
+        return "?" if step is None else f"{step.plan.tier} ({step.plan.kernel.split('<', 1)[0]}, {step.plan.block} threads)"
+
+    matrix = x.numel() * x.element_size()
+    params = (1 if rms else 2) * cols * x.element_size()
+    return Shape(call=lambda options: function(**inputs, **options), reference=suite.compute_reference(**inputs),
+                 tolerance=suite.tolerance(str(dtype).removeprefix("torch.")),
+                 nbytes=2 * matrix + params + (1 if rms else 2) * rows * 4, ran=ran)
+
+
 def measure(request: Request) -> list[list[str]]:
     """One row per (cols, dtype, tier): the tier that ran, % of copy, GB/s, median µs, max error."""
     import torch
 
     import bwbench
-    from bwbench.cuda import softmax as kernels
-    from bwbench.discovery import get_suite
+    from bwbench.check import compare
 
-    suite_name, tensors, _ = OPS[request.op]
-    function = getattr(kernels, request.op)
+    make = _norm_shape if request.op in NORMS else _softmax_shape
     rows_out = []
     for cols in request.cols:
         for dtype_name in request.dtypes:
-            dtype = getattr(torch, dtype_name)
             gen = torch.Generator(device="cuda").manual_seed(cols)
-            x = torch.randn(request.rows, cols, generator=gen, device="cuda")
-            if request.op == "softmax_backward":
-                y = torch.softmax(x, -1).to(dtype)
-                dy = torch.randn(request.rows, cols, generator=gen, device="cuda").to(dtype)
-                args = (y, dy)
-                reference = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
-            else:
-                args = (x.to(dtype),)
-                ref_fn = torch.softmax if request.op == "softmax" else torch.log_softmax
-                reference = ref_fn(args[0].double(), -1)
-            tolerance = get_suite(suite_name).tolerance(dtype_name)
-            if isinstance(tolerance, tuple):  # one per output: these ops have one
-                tolerance = tolerance[0]
-            nbytes = tensors * x.numel() * args[0].element_size()
+            shape = make(request.op, request.rows, cols, getattr(torch, dtype_name), gen)
             for tier in ("auto", *request.tiers):
                 options = {} if tier == "auto" else {"tier": tier}
                 label = [str(request.rows), str(cols), dtype_name, tier]
                 try:
-                    out = function(*args, **options)
-                    ran = kernels.which_tier(args[0], request.op, **options)  # after the call: its timed choice
+                    out = shape.call(options)
+                    ran = shape.ran(options)  # after the call: its timed choice
                 except ValueError as err:  # the tier cannot run this shape here
                     rows_out.append(label + ["–", "–", "–", "–", f"cannot run: {err}"])
                     continue
-                error = (out.double() - reference).abs()
-                wrong = not torch.allclose(out.double(), reference, rtol=tolerance.rtol, atol=tolerance.atol)
-                if wrong:
-                    rows_out.append(label + [ran, "–", "–", "–", f"WRONG (max error {error.max().item():.2e})"])
+                check = compare(out, shape.reference, shape.tolerance)
+                error = f"{check.max_abs_err:.1e}" if check.max_abs_err is not None else "–"
+                if not check.passed:
+                    rows_out.append(label + [ran, "–", "–", "–", f"WRONG ({check.message})"])
                     continue
-                result = bwbench.bench(lambda: function(*args, **options), bytes=nbytes, max_time=request.max_time)
+                result = bwbench.bench(lambda: shape.call(options), bytes=shape.nbytes, max_time=request.max_time)
                 rows_out.append(label + [ran, f"{result.pct_copy:.1f}", f"{result.gbps:,.0f}",
-                                         f"{result.median_us:,.1f}", f"{error.max().item():.1e}"])
-            del x, args, reference
+                                         f"{result.median_us:,.1f}", error])
+            shape = None  # free its tensors before the next shape
             torch.cuda.empty_cache()
     return rows_out
 
