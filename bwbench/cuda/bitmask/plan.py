@@ -69,12 +69,11 @@ def dropout_scale(p: float) -> float:
     return 1.0 / (1.0 - p)
 
 
-DROPOUT_CHUNK_GRID_MIN_BYTES = 64 << 20
+DROPOUT_CHUNK_GRID_MIN_BYTES = 48 << 20
 """The dropout forward takes a thread per chunk for x of this size and more, one wave of
-grid-striding blocks below. On an H100 a thread per chunk ran it at 90-95% of copy from 2^26 halves
-against 87-90% with one wave (89-92% with two or four waves). Below, an interleaved A/B put one wave
-0.7-1.4 points ahead at 2^24 halves and the two within noise at 2^20-2^22. On an H200, before its
-draws got cheaper, one wave was 1-4% faster at 2^28."""
+grid-striding blocks below. With 16 random bits an element, on an H100 (float16, interleaved, two
+rounds each): a thread per chunk ran at 91.6 / 93.1 / 97.2% of copy at 48 / 64 / 128 MB against
+90.0 / 89.6 / 90.9% with one wave; one wave led at 8-32 MB (87.7-89.2% against 82.5-86.7%)."""
 
 
 def dropout_waves(nbytes: int) -> int | None:
