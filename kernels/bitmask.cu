@@ -32,23 +32,31 @@ struct ReluKeep {
     }
 };
 
-// WideCounter false: fewer than 2^33 elements, so every group index fits the counter's first word
-// (the host decides; bwbench/cuda/bitmask.py) and the cheaper draws of dropout_keep_narrow apply.
+// WideCounter false: fewer than 2^34 elements, so every group index i / 8 fits the counter's first
+// word (the host decides; bwbench/cuda/bitmask/plan.py) and the cheaper dropout_draw_narrow applies.
 template <bool WideCounter>
 struct DropoutKeep {
     unsigned threshold;
     unsigned long long seed;
     unsigned long long offset;
-    // V is a multiple of 4 and `first` of V: one Philox draw per 4 elements, all 4 outputs used.
+    // `first` is a multiple of V. V = 8 (16-bit types): one draw, all 8 halves used. V = 4 (float):
+    // the lane's 4 elements are the low or high two words of its group's draw.
     template <typename T, int V>
     __device__ __forceinline__ unsigned bits(i64 first, const T (&)[V]) const {
-        if constexpr (!WideCounter) {
-            return dropout_keep_narrow<V / 4>(static_cast<unsigned>(first >> 2), threshold, seed, offset);
+        static_assert(V == 4 || V == 8, "a lane keeps 4 or 8 elements");
+        const unsigned long long group = static_cast<unsigned long long>(first) >> 3;
+        Philox4 r;
+        if constexpr (WideCounter) {
+            r = dropout_draw(group, seed, offset);
         } else {
-            unsigned b = 0;
-#pragma unroll
-            for (int d = 0; d < V / 4; ++d) b |= dropout_keep4((first >> 2) + d, threshold, seed, offset) << (4 * d);
-            return b;
+            r = dropout_draw_narrow(static_cast<unsigned>(group), seed, offset);
+        }
+        if constexpr (V == 8) {
+            return keep_halves(r.v, threshold);
+        } else {
+            const bool high = (first & 4) != 0;
+            const unsigned w[2] = {high ? r.v[2] : r.v[0], high ? r.v[3] : r.v[1]};
+            return keep_halves(w, threshold);
         }
     }
 };

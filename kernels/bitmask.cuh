@@ -75,46 +75,39 @@ __device__ __forceinline__ Philox4 philox4x32_10(unsigned c0, unsigned c1, unsig
     return philox4x32_10_from_product(product(PHILOX_M0, c0), c1, c2, c3, k0, k1);
 }
 
-// The dropout stream: element i keeps iff output (i % 4) of Philox at counter
-// (lo(i / 4), hi(i / 4), lo(offset), hi(offset)) with key (lo(seed), hi(seed)) is >= threshold,
-// where threshold = round(p * 2^32) (host side). An integer comparison, so the Python reference
-// reproduces it bit for bit with no float rounding question. Returns 4 keep bits, bit k for
-// element 4 * group + k.
-__device__ __forceinline__ unsigned keep_bits(const Philox4& r, unsigned threshold) {
-    return (r.v[0] >= threshold ? 1u : 0u) | (r.v[1] >= threshold ? 2u : 0u) |
-           (r.v[2] >= threshold ? 4u : 0u) | (r.v[3] >= threshold ? 8u : 0u);
+// The dropout stream: element i keeps iff 16-bit half (i % 8) of Philox at counter
+// (lo(i / 8), hi(i / 8), lo(offset), hi(offset)) with key (lo(seed), hi(seed)), the halves taken
+// low first from output words 0..3, is >= threshold = round(p * 2^16) (host side). An integer
+// comparison, so the Python reference reproduces it bit for bit. Sixteen bits an element, not 32:
+// one draw decides 8 elements, half the draws the float16 forward made when it was issue bound.
+__device__ __forceinline__ Philox4 dropout_draw(unsigned long long group, unsigned long long seed,
+                                                unsigned long long offset) {
+    return philox4x32_10(static_cast<unsigned>(group), static_cast<unsigned>(group >> 32), static_cast<unsigned>(offset),
+                         static_cast<unsigned>(offset >> 32), static_cast<unsigned>(seed),
+                         static_cast<unsigned>(seed >> 32));
 }
 
-__device__ __forceinline__ unsigned dropout_keep4(i64 group, unsigned threshold, unsigned long long seed,
-                                                  unsigned long long offset) {
-    const unsigned long long g = static_cast<unsigned long long>(group);
-    return keep_bits(philox4x32_10(static_cast<unsigned>(g), static_cast<unsigned>(g >> 32),
-                                   static_cast<unsigned>(offset), static_cast<unsigned>(offset >> 32),
-                                   static_cast<unsigned>(seed), static_cast<unsigned>(seed >> 32)),
-                     threshold);
+// The same draw for a group below 2^32 (the caller's promise). With the counter's second word a
+// literal 0 the first round's second output, and so the second round's first product, depend only
+// on offset and seed: the compiler computes them once, in the uniform datapath.
+__device__ __forceinline__ Philox4 dropout_draw_narrow(unsigned group, unsigned long long seed,
+                                                       unsigned long long offset) {
+    return philox4x32_10_from_product(product(PHILOX_M0, group), 0u, static_cast<unsigned>(offset),
+                                      static_cast<unsigned>(offset >> 32), static_cast<unsigned>(seed),
+                                      static_cast<unsigned>(seed >> 32));
 }
 
-// D consecutive groups from `group` on, all below 2^32 (the caller's promise), 4 bits each: group
-// `group + d` at bits 4d..4d+3. With the counter's second word known to be 0, the second round's
-// first product depends only on offset and seed (the compiler computes it once, in the uniform
-// datapath), and the first products of the D groups are one multiply and D - 1 adds: 18 per-thread
-// IMAD.WIDE per group instead of 19, and one fewer for every group after the first: the dropout
-// forward 2% faster on the H200, where it is bound by instruction issue as much as by memory.
-template <int D>
-__device__ __forceinline__ unsigned dropout_keep_narrow(unsigned group, unsigned threshold, unsigned long long seed,
-                                                        unsigned long long offset) {
-    Product m0c0 = product(PHILOX_M0, group);
-    unsigned bits = 0;
+// Keep bits of the 2 * W elements whose random halves are in words w[0..W): bit 2k from the low
+// half of w[k], bit 2k + 1 from its high half.
+template <int W>
+__device__ __forceinline__ unsigned keep_halves(const unsigned (&w)[W], unsigned threshold) {
+    unsigned b = 0;
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-        const Philox4 r = philox4x32_10_from_product(m0c0, 0u, static_cast<unsigned>(offset),
-                                                     static_cast<unsigned>(offset >> 32), static_cast<unsigned>(seed),
-                                                     static_cast<unsigned>(seed >> 32));
-        bits |= keep_bits(r, threshold) << (4 * d);
-        m0c0.lo += PHILOX_M0;  // M0 * (group + 1): a 64-bit add
-        m0c0.hi += m0c0.lo < PHILOX_M0 ? 1u : 0u;
+    for (int k = 0; k < W; ++k) {
+        b |= ((w[k] & 0xFFFFu) >= threshold ? 1u : 0u) << (2 * k);
+        b |= ((w[k] >> 16) >= threshold ? 2u : 0u) << (2 * k);
     }
-    return bits;
+    return b;
 }
 
 // ---------------------------------------------------------------------------------------------

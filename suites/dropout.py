@@ -1,8 +1,9 @@
 """Dropout forward and backward with a 1-bit mask: ONNX Runtime's BitmaskDropout (seeds/004).
 
-The forward draws Philox4x32-10 in the kernel (counter based: seed, offset, element index; 4
-elements per draw), scales kept values by 1/(1-p), and keeps the keep mask for the backward: one
-bit per element (optimized), one byte per element (boolmask, and torch's native_dropout).
+The forward draws Philox4x32-10 in the kernel (counter based: seed, offset, element index; 8
+elements per draw, 16 bits each), scales kept values by 1/(1-p), and keeps the keep mask for the
+backward: one bit per element (optimized), one byte per element (boolmask, and torch's
+native_dropout).
 
 Bytes (s = itemsize, n = elements): forward reads n*s, writes n*s + mask; backward reads
 n*s + mask, writes n*s; mask = n/8 bytes (optimized) or n bytes (boolmask, torch).
@@ -154,8 +155,9 @@ def check(case, inputs, outputs) -> tuple[bool, str]:
 
 @suite.impl("optimized", kind="cuda", mask_bytes=bit_mask_bytes)
 def optimized(case):
-    """Philox4x32-10 in the kernel, 4 elements per draw, 16-byte accesses, mask words OR-reduced
-    across lanes (REDUX on sm_80+) and written by one lane each. Keeps n/8 bytes for the backward."""
+    """Philox4x32-10 in the kernel, 8 elements per draw (16 bits each), 16-byte accesses, mask words
+    OR-reduced across lanes with shuffles and written by one lane each. Keeps n/8 bytes for the
+    backward."""
     from bwbench.cuda.bitmask import SOURCE, dropout_backward, dropout_forward
     from bwbench.cuda.loader import load
 

@@ -34,11 +34,14 @@ def test_pack_unpack_round_trip(n):
 
 
 def test_dropout_threshold_and_scale():
-    assert bitmask.dropout_threshold(0.5) == 2**31
-    assert bitmask.dropout_threshold(0.1) == round(0.1 * 2**32)
+    assert bitmask.dropout_threshold(0.5) == 2**15
+    assert bitmask.dropout_threshold(0.1) == round(0.1 * 2**16) == 6554
+    assert bitmask.dropout_threshold(1 - 2**-16) == 2**16 - 1
     assert bitmask.dropout_scale(0.5) == 2.0
     with pytest.raises(ValueError):
         bitmask.dropout_threshold(1.0)
+    with pytest.raises(ValueError, match="too close to 1"):
+        bitmask.dropout_threshold(1 - 2**-18)
 
 
 def _case(suite, **params):
@@ -163,3 +166,13 @@ def test_dropout_check():
     assert not drop.check(bcase, b, b["dy"])[0]
     assert torch.equal(bitmask.unpack_bits(b["bits"], 1000), b["keep"])
     assert math.isclose(float(b["p"]), 0.5)
+
+
+def test_narrow_counter_limit_keeps_every_group_in_one_word():
+    """Below the limit the kernels pass the group index i // 8 as one 32-bit counter word; lanes of
+    the last chunk reach up to a chunk (32 lanes x 8 elements) past n."""
+    from bwbench.cuda.bitmask import plan
+
+    last_group = (plan.NARROW_COUNTER_LIMIT - 1 + 32 * 8) // (128 // plan.KEEP_BITS)
+    assert last_group < 2**32
+    assert not plan.wide_counter(plan.NARROW_COUNTER_LIMIT - 1) and plan.wide_counter(plan.NARROW_COUNTER_LIMIT)

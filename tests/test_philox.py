@@ -50,15 +50,18 @@ def test_limb_multiplication_is_exact():
 
 
 def test_dropout_stream_layout():
-    """Element i uses output i % 4 of counter (i // 4, offset); keep iff word >= round(p * 2^32)."""
-    n, p, seed, offset = 23, 0.3, 0x0123456789ABCDEF, (7 << 32) + 5
+    """Element i uses 16-bit half i % 8 of counter (i // 8, offset), low halves first; keep iff that
+    half >= round(p * 2^16)."""
+    n, p, seed, offset = 45, 0.3, 0x0123456789ABCDEF, (7 << 32) + 5
     keep = philox.dropout_keep_numpy(n, p, seed, offset)
     t = philox.threshold(p)
+    assert t == round(0.3 * 65536)
     for i in range(n):
-        g = i // 4
+        g = i // 8
         words = philox.philox4x32((g & 0xFFFFFFFF, g >> 32, offset & 0xFFFFFFFF, offset >> 32),
                                   (seed & 0xFFFFFFFF, seed >> 32))
-        assert bool(keep[i]) == (words[i % 4] >= t), i
+        half = (words[(i % 8) // 2] >> (16 * (i % 2))) & 0xFFFF
+        assert bool(keep[i]) == (half >= t), i
 
 
 def test_dropout_keeps_about_one_minus_p():
@@ -88,7 +91,7 @@ def test_torch_path_matches_numpy_on_cpu():
 
 def test_threshold_bounds():
     assert philox.threshold(0.0) == 0
-    assert philox.threshold(0.5) == 1 << 31
+    assert philox.threshold(0.5) == 1 << 15
     with pytest.raises(ValueError):
         philox.threshold(1.0)
     with pytest.raises(ValueError):

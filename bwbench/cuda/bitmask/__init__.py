@@ -8,5 +8,5 @@ __getattr__, __all__ = lazy_exports(
     launch=("SOURCE pack_bits unpack_bits relu_forward relu_backward masked_backward relu_forward_bytemask"
         " relu_backward_bytemask dropout_forward dropout_forward_bytes dropout_backward"
         " dropout_backward_bytes"),
-    plan="BLOCK KERNELS MASK_LINE dropout_scale dropout_threshold packed_bytes word_bytes",
+    plan="BLOCK KEEP_BITS KERNELS MASK_LINE dropout_scale dropout_threshold packed_bytes word_bytes",
 )

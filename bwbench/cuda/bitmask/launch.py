@@ -10,9 +10,9 @@ Mask formats (what each function returns and takes):
 - one byte per element (`dropout_forward_bytes`): uint8 0/1 of n bytes; the backward also takes a
   torch.bool mask (torch's native_dropout format), which has the same bytes.
 
-Dropout draws from Philox4x32-10 (bitmask.cuh): element i keeps iff output i % 4 of
-Philox(counter = (i // 4, offset), key = seed) >= `dropout_threshold(p)`, so (seed, offset) fixes the
-mask; bwbench/philox.py reproduces it bit for bit.
+Dropout draws from Philox4x32-10 (bitmask.cuh): element i keeps iff 16-bit half i % 8 of
+Philox(counter = (i // 8, offset), key = seed), low half of each output word first, is >=
+`dropout_threshold(p)`, so (seed, offset) fixes the mask; bwbench/philox.py reproduces it bit for bit.
 
 Every function takes contiguous CUDA tensors of float16, bfloat16 or float32 (any shape, treated
 as flat), allocates its outputs and launches on PyTorch's current stream (no synchronisation).
@@ -263,7 +263,7 @@ def relu_backward_bytemask(dy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 
 
 def _wide_counter(n: int) -> str:
-    """'true' when the group index i / 4 may not fit the Philox counter's first word."""
+    """'true' when the group index i / 8 may not fit the Philox counter's first word."""
     return "true" if wide_counter(n) else "false"
 
 

@@ -6,7 +6,7 @@ computed: bwbench/philox.py's reference uses it too) and the grid rules.
 
 from __future__ import annotations
 
-__all__ = ["BLOCK", "KERNELS", "MASK_LINE", "NARROW_COUNTER_LIMIT", "dropout_scale", "dropout_threshold",
+__all__ = ["BLOCK", "KEEP_BITS", "KERNELS", "MASK_LINE", "NARROW_COUNTER_LIMIT", "dropout_scale", "dropout_threshold",
            "packed_bytes", "word_bytes"]
 
 _TYPES = ("half_t", "bf16_t", "float")
@@ -29,11 +29,17 @@ MASK_LINE = 1024
 """Elements of one 128-byte mask line; the aligned bitmask backward gives a warp a line per step
 (kernels/bitmask.cu, masked_backward_lines)."""
 
-NARROW_COUNTER_LIMIT = 1 << 33
+NARROW_COUNTER_LIMIT = 1 << 34
 """Dropout over fewer elements than this draws with the counter's second word fixed at 0 (every
-group index i / 4 fits 32 bits, with room for the lanes past the end of the last chunk), which
-saves multiplies (kernels/bitmask.cuh, dropout_keep_narrow). Larger tensors take the general
+group index i / 8 fits 32 bits, with room for the lanes past the end of the last chunk), which
+saves multiplies (kernels/bitmask.cuh, dropout_draw_narrow). Larger tensors take the general
 draw; both give the same mask."""
+
+KEEP_BITS = 16
+"""Random bits each element's keep decision compares: one Philox4x32-10 draw (128 bits) decides 8
+elements. With 32 bits an element (4 a draw) the draws were about 70% of the instructions of the
+float16 forward, which then ran below copy speed on the faster memories; halving them costs a
+resolution of 2^-16 in p (docs/bitmask.md)."""
 
 
 def packed_bytes(n: int) -> int:
@@ -47,13 +53,14 @@ def word_bytes(n: int) -> int:
 
 
 def dropout_threshold(p: float) -> int:
-    """The uint32 a Philox output must reach to keep an element: round(p * 2^32), for 0 <= p < 1.
-    Kept with probability (2^32 - threshold) / 2^32, which is 1 - p to within 2^-33."""
+    """The 16-bit value an element's random bits must reach to keep it: round(p * 2^16), for
+    0 <= p < 1. Kept with probability (2^16 - threshold) / 2^16, which is 1 - p to within 2^-17."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    threshold = round(p * 2.0**32)
-    if threshold > 0xFFFFFFFF:
-        raise ValueError(f"dropout probability {p} is too close to 1 for a 32-bit threshold")
+    threshold = round(p * 2.0**KEEP_BITS)
+    if threshold >= 1 << KEEP_BITS:
+        raise ValueError(f"dropout probability {p} is too close to 1: the kernels keep with a resolution "
+                         f"of 2^-{KEEP_BITS}, so p must be below 1 - 2^-{KEEP_BITS + 1}")
     return threshold
 
 
@@ -62,12 +69,11 @@ def dropout_scale(p: float) -> float:
     return 1.0 / (1.0 - p)
 
 
-DROPOUT_CHUNK_GRID_MIN_BYTES = 64 << 20
+DROPOUT_CHUNK_GRID_MIN_BYTES = 48 << 20
 """The dropout forward takes a thread per chunk for x of this size and more, one wave of
-grid-striding blocks below. On an H100 a thread per chunk ran it at 90-95% of copy from 2^26 halves
-against 87-90% with one wave (89-92% with two or four waves). Below, an interleaved A/B put one wave
-0.7-1.4 points ahead at 2^24 halves and the two within noise at 2^20-2^22. On an H200, before its
-draws got cheaper, one wave was 1-4% faster at 2^28."""
+grid-striding blocks below. With 16 random bits an element, on an H100 (float16, interleaved, two
+rounds each): a thread per chunk ran at 91.6 / 93.1 / 97.2% of copy at 48 / 64 / 128 MB against
+90.0 / 89.6 / 90.9% with one wave; one wave led at 8-32 MB (87.7-89.2% against 82.5-86.7%)."""
 
 
 def dropout_waves(nbytes: int) -> int | None:
@@ -77,5 +83,5 @@ def dropout_waves(nbytes: int) -> int | None:
 
 
 def wide_counter(n: int) -> bool:
-    """Whether the group index i / 4 may not fit the Philox counter's first word."""
+    """Whether the group index i / 8 may not fit the Philox counter's first word."""
     return n >= NARROW_COUNTER_LIMIT
