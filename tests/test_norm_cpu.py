@@ -148,6 +148,12 @@ def test_plan_picks_the_tier_by_cols():
     assert [c.kernel for c in p.candidates] == ["norm_warp<half_t, false, 8, 16, 32, 2>", "norm_warp<half_t, false, 8, 32, 16, 2>",
                                                 "norm_warp<half_t, false, 8, 32, 16, 1>"]
     assert norm.plan(64, "half_t", False, 8, gpu, limit).alternatives == ()
+    # 384 and 768 columns (48 and 96 packs): three packs a lane fill every lane, timed beside.
+    p = norm.plan(384, "half_t", False, 8, gpu, limit)
+    assert "norm_warp<half_t, false, 8, 24, 16, 2>" in [c.kernel for c in p.alternatives]
+    p = norm.plan(768, "half_t", True, 8, gpu, limit)
+    assert p.kernel == "norm_warp<half_t, true, 8, 24, 32, 1>"
+    assert "norm_warp<half_t, true, 8, 24, 32, 2>" in [c.kernel for c in p.alternatives]
     # 2 KiB rows: the warp tier (64 columns a lane), timed against the two block tiers.
     p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel) == ("warp", "norm_warp<half_t, false, 8, 48, 32, 1>")

@@ -405,13 +405,13 @@ def test_every_span_rows_instantiation(dtype, rms):
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_every_four_pack_warp_instantiation(dtype, rms):
-    """The four-packs-a-lane norm_warp kernels (timed alternatives for 17-128 packs) on full and
-    ragged rows, odd row counts (two rows a group) and mean-1e4 rows."""
+def test_every_four_and_three_pack_warp_instantiation(dtype, rms):
+    """The four- and three-packs-a-lane norm_warp kernels (timed alternatives for 17-128 packs) on
+    full and ragged rows, odd row counts (two rows a group) and mean-1e4 rows."""
     norm = _norm()
 
     ctype = norm.cpp_type(dtype)
-    for config in norm._four_pack_configs(ctype):
+    for config in norm._four_pack_configs(ctype) + norm._three_pack_configs(ctype):
         chosen = norm.NormPlan("warp", config.name(ctype, rms), config.pack, norm.WARP_BLOCK, 0, config.rows_per_block)
         full = config.cols_per_thread * config.width
         for rows, cols, cancel in [(9, full, False), (301, full - 3 * config.pack, True), (4, full // 2 + config.pack, False)]:
