@@ -176,3 +176,14 @@ def test_narrow_counter_limit_keeps_every_group_in_one_word():
     last_group = (plan.NARROW_COUNTER_LIMIT - 1 + 32 * 8) // (128 // plan.KEEP_BITS)
     assert last_group < 2**32
     assert not plan.wide_counter(plan.NARROW_COUNTER_LIMIT - 1) and plan.wide_counter(plan.NARROW_COUNTER_LIMIT)
+
+
+def test_dropout_grid_grows_with_the_tensor():
+    """One wave of blocks for small tensors, two from 16 MB, a thread per chunk from 48 MB."""
+    from bwbench.cuda.bitmask import plan
+
+    mb = 1 << 20
+    assert [plan.dropout_waves(n * mb) for n in (1, 8, 15)] == [1, 1, 1]
+    assert [plan.dropout_waves(n * mb) for n in (16, 32, 47)] == [2, 2, 2]
+    assert [plan.dropout_waves(n * mb) for n in (48, 64, 2048)] == [None, None, None]
+    assert plan.DROPOUT_TWO_WAVES_MIN_BYTES < plan.DROPOUT_CHUNK_GRID_MIN_BYTES

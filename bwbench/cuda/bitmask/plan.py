@@ -76,10 +76,20 @@ rounds each): a thread per chunk ran at 91.6 / 93.1 / 97.2% of copy at 48 / 64 /
 90.0 / 89.6 / 90.9% with one wave; one wave led at 8-32 MB (87.7-89.2% against 82.5-86.7%)."""
 
 
+DROPOUT_TWO_WAVES_MIN_BYTES = 16 << 20
+"""From this size up to DROPOUT_CHUNK_GRID_MIN_BYTES the dropout forward launches two waves of
+grid-striding blocks: on an H100 (float16, three interleaved rounds) 91.2-91.7% of copy at 16, 32
+and 40 MB and 89.1-89.6% at 24 MB, against 87.0-90.7% with one wave; at 8 MB one wave led (86.5-87.8%
+against 84.2-85.2%)."""
+
+
 def dropout_waves(nbytes: int) -> int | None:
     """Grid of the dropout forward for x of `nbytes`: a thread per chunk (None) from
-    DROPOUT_CHUNK_GRID_MIN_BYTES, one wave of grid-striding blocks (1) below."""
-    return None if nbytes >= DROPOUT_CHUNK_GRID_MIN_BYTES else 1
+    DROPOUT_CHUNK_GRID_MIN_BYTES, two waves of grid-striding blocks from
+    DROPOUT_TWO_WAVES_MIN_BYTES, one wave below."""
+    if nbytes >= DROPOUT_CHUNK_GRID_MIN_BYTES:
+        return None
+    return 2 if nbytes >= DROPOUT_TWO_WAVES_MIN_BYTES else 1
 
 
 def wide_counter(n: int) -> bool:
