@@ -11,8 +11,9 @@ n*s + mask, writes n*s; mask = n/8 bytes (optimized) or n bytes (boolmask, torch
 Checking: optimized and boolmask must reproduce bwbench/philox.py's mask bit for bit and
 y = x * keep / (1 - p). torch uses another generator, so the suite's own output check
 (`suite.check_outputs`) judges its forward statistically: the kept fraction within 4 standard
-deviations of 1 - p, kept values x / (1 - p), dropped values zero. Backward cases feed every implementation the same Philox mask in its own format, so
-their reference is plain: dx = dy * keep / (1 - p).
+deviations of 1 - p, kept values x / (1 - p), dropped values zero. Backward cases feed every
+implementation the same Philox mask in its own format, so their reference is plain:
+dx = dy * keep / (1 - p).
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ import math
 
 import torch
 
-from bwbench.domains import one_of, open_unit_interval, positive_int
+from bwbench.cuda.bitmask.plan import KEEP_BITS
+from bwbench.domains import FloatRange, one_of, positive_int
 from bwbench.suite import Suite, Tolerance, Traffic
 
 SIZES = [1 << k for k in (20, 22, 24, 26, 28, 30)]  # elements (dropout is elementwise: 1-D)
 SEED, OFFSET = 0x5EED_0123_4567_89AB, 0  # fixed, so every run checks the same masks
+# The kernels compare 16 random bits an element with round(p * 2^16): p resolves to 2^-16 and must
+# round below 2^16.
+DROP_RATE = FloatRange(0.0, 1.0 - 2.0 ** -(KEEP_BITS + 1),
+                       text=f"a number above 0 and below 1 - 2^-{KEEP_BITS + 1} "
+                            f"(the kernels resolve p to 2^-{KEEP_BITS})")
 
 suite = Suite(
     "dropout",
@@ -34,7 +41,7 @@ suite = Suite(
     dtypes=["float16", "float32", "bfloat16"],
     quick={"n": [1 << 20], "p": [0.5]},
     x_axis="n",
-    domains={"direction": one_of("forward", "backward"), "p": open_unit_interval, "n": positive_int},
+    domains={"direction": one_of("forward", "backward"), "p": DROP_RATE, "n": positive_int},
     # y = x * scale rounds once in the kernel (scale in float32; float16 subnormals round to 2^-25
     # absolute); the reference is float64.
     tolerances={"float16": Tolerance(rtol=1e-3, atol=1e-7), "bfloat16": Tolerance(rtol=8e-3, atol=1e-30),
