@@ -274,7 +274,8 @@ def _dropout_args(p: float, seed: int, offset: int):
 
 
 def dropout_forward(x: torch.Tensor, p: float, seed: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """y = x * keep / (1 - p) and the packed-bit keep mask; keep from Philox4x32-10 at (seed, offset)."""
+    """y = x * keep / (1 - p) and the packed-bit keep mask; keep from Philox4x32-10 at (seed, offset),
+    16 random bits an element: p resolves to 2^-16 and must be below 1 - 2^-17 (ValueError)."""
     key = _signature("dropout_forward", (x,), float(p)) if isinstance(p, (int, float)) else None
     repeat = _REPEATS.get(key) if key is not None else None
     if repeat is not None and isinstance(seed, int) and isinstance(offset, int) and 0 <= seed < 2**64 \
