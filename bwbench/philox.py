@@ -5,7 +5,7 @@ torch int64 tensors (GPU reference for large masks, chunked). 32-bit words live 
 32x32 -> 64-bit products are assembled from 16-bit limbs, so nothing ever exceeds 2^34: no
 reliance on wrap-around of signed 64-bit multiplication, which neither library promises.
 
-The dropout stream (kernels/bitmask.cuh, `keep_bits16`): element i keeps iff 16-bit half i % 8 of
+The dropout stream (kernels/bitmask.cuh, `keep_halves`): element i keeps iff 16-bit half i % 8 of
 Philox at counter (lo(i // 8), hi(i // 8), lo(offset), hi(offset)) with key (lo(seed), hi(seed)),
 halves taken low first from output words 0..3, is >= threshold = round(p * 2^16), computed by the
 kernels' own planner (bwbench.cuda.bitmask.plan.dropout_threshold).

@@ -39,8 +39,8 @@ struct Product {
 
 __device__ __forceinline__ Product product(unsigned m, unsigned c) { return Product{m * c, __umulhi(m, c)}; }
 
-// One round, given the product M0 * c[0] (computed by the caller, so that the first round of
-// consecutive counters can share it).
+// One round, given the product M0 * c[0] (computed by the caller: the first round's comes from
+// philox4x32_10_from_product's caller).
 __device__ __forceinline__ void philox_round(unsigned (&c)[4], unsigned k0, unsigned k1, Product m0c0) {
     const Product m1c2 = product(PHILOX_M1, c[2]);
     const unsigned c1 = c[1];
@@ -51,9 +51,8 @@ __device__ __forceinline__ void philox_round(unsigned (&c)[4], unsigned k0, unsi
     c[3] = m0c0.lo;
 }
 
-// Philox4x32-10 of counter (c0, c1, c2, c3) where the caller passes m0c0 = M0 * c0 instead of c0.
-// The counters of consecutive groups differ by one in c0, so their first products differ by M0: an
-// add instead of a multiply (see DropoutKeep).
+// Philox4x32-10 of counter (c0, c1, c2, c3) where the caller passes m0c0 = M0 * c0 instead of c0
+// (every caller now passes product(PHILOX_M0, c0); the split remains from draws that shared it).
 __device__ __forceinline__ Philox4 philox4x32_10_from_product(Product m0c0, unsigned c1, unsigned c2,
                                                               unsigned c3, unsigned k0, unsigned k1) {
     unsigned c[4] = {0u, c1, c2, c3};  // c0 enters the first round only through m0c0
