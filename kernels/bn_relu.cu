@@ -25,6 +25,7 @@
 #include "bn_relu_apply.cuh"
 #include "bn_relu_stats.cuh"
 #include "grid_barrier.cuh"
+#include "row_tile.cuh"
 
 namespace bnr {
 
@@ -478,6 +479,131 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
         }
         const unsigned word = bw::group_or<G>(b << ((lane * V) & 31));
         if (active && (lane & (G - 1)) == 0) words[off >> 5] = word;  // the span ends on a word: the word's lanes are active
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One launch for small NHWC tensors (ResNet's 7x7 and 14x14 stages, many channels, a few MB): the
+// three kernels spend most of their time there on two launch gaps, a finalize and latency-bound
+// passes. A block owns a tile of 32 channels (one mask word of every row) and a split of the rows:
+// thread (tx, ty) holds the pack of channels tile + tx * V .. + V - 1 in rows s * TY + ty + k * S * TY,
+// k < R, all loaded at once into registers. Phase A: the block's shifted sums per channel, merged
+// over the block and written as its partials; grid barrier; phase B: every block of a tile merges
+// the tile's S partials itself (32 channels a round: whole sectors, a few KB from L2); phase C: y
+// and the mask words from the registers. x (and z) cross DRAM once. Needs (the host's
+// nhwc_regs_plan): C % 32 == 0, 16-byte aligned tensors, the grid (C / 32 tiles x S) resident at
+// once with at most R rows a thread.
+// ---------------------------------------------------------------------------------------------
+// 4 blocks an SM (64 registers). The residual's z waits in shared memory (cp.async, issued with
+// the loads of x, so it lands during phase A and the barrier): held in registers too, it spilled at
+// 64 registers, and at 3 blocks an SM the grid no longer held ResNet-50's 32x2048x7x7.
+template <typename T, bool kResidual, int R>
+__global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nhwc_regs(
+        const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
+        const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
+        T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int rows, int C) {
+    constexpr int V = bw::Pack16<T>::size;
+    constexpr int TX = 32 / V;       // lanes across a tile: a row's 32 channels, one mask word
+    constexpr int TY = kBlock / TX;  // rows a block covers at a time
+    using P = bw::Pack<T, V>;
+    const int t = threadIdx.x, tx = t % TX, ty = t / TX;
+    const int s = blockIdx.y, S = gridDim.y;
+    const int tile = blockIdx.x * 32, c0 = tile + tx * V;
+    const int step = S * TY, r0 = s * TY + ty;
+    P xp[R];
+    __shared__ uint4 z_wait[kResidual ? R * kBlock : 1];  // z's pack r of thread t at r * kBlock + t
+#pragma unroll
+    for (int r = 0; r < R; ++r) {  // every row of the thread in flight at once
+        const int off = (r0 + r * step) * C + c0;
+        if (r0 + r * step < rows) {
+            xp[r] = *reinterpret_cast<const P*>(x + off);
+            if constexpr (kResidual) bw::tile::copy16_async(&z_wait[r * kBlock + t], z + off);
+        }
+    }
+    // Row 0 holds each channel's shift K (the phase B thread of channel tile + t needs its own).
+    const P shift = *reinterpret_cast<const P*>(x + c0);
+    const float tile_shift = t < 32 ? bw::to_float(x[tile + t]) : 0.0f;
+    {  // phase A
+        float s1[V], s2[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            s1[k] = 0.0f;
+            s2[k] = 0.0f;
+        }
+        int count = 0;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r0 + r * step >= rows) continue;
+            ++count;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const float d = bw::to_float(xp[r].v[k]) - bw::to_float(shift.v[k]);
+                s1[k] += d;
+                s2[k] = fmaf(d, d, s2[k]);
+            }
+        }
+        Stat st[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) st[k] = from_sums(static_cast<float>(count), s1[k], s2[k]);
+        __shared__ float merge[3 * V * (kBlock / 32) * TX];
+        const Stat total = block_merge_packs_in<V>(st, TX, merge);  // thread t < 32: channel pack_channel
+        if (t < 32) store_partial(ws, s, S, C, pack_channel<V>(TX), total);
+    }
+    grid_sync(bar, gridDim.x * gridDim.y);
+
+    __shared__ FwdCoef tile_coef[32];
+    {  // phase B: the tile's 32 channels from all S partials
+        const Stat u = merge_channel_round(ws, S, C, tile, 32);  // thread t < 32: channel tile + t
+        if (t < 32) {
+            const int c = tile + t;
+            const float m = tile_shift + u.mean, is = invstd_of(u, eps);
+            tile_coef[t] = FwdCoef{m, is * gamma[c], beta[c]};
+            if (s == 0) {
+                mean[c] = m;
+                invstd[c] = is;
+            }
+        }
+        __syncthreads();
+    }
+    // The V channels' coefficients in registers, or for the residual (short of registers: held
+    // next to R packs of x, they spilled) read from shared memory at each use, through a volatile
+    // view so that the compiler does not hoist them back into registers.
+    constexpr int NC = kResidual ? 1 : V;
+    FwdCoef coef[NC];
+#pragma unroll
+    for (int k = 0; k < NC; ++k) coef[k] = tile_coef[tx * V + k];
+    const volatile FwdCoef* each_use = tile_coef + tx * V;
+    if constexpr (kResidual) bw::tile::wait_copies();  // this thread's own packs of z: no barrier needed
+
+    // Phase C. A warp covers 32 / TX consecutive rows: it stops where its first row is past the end
+    // (the same for all its lanes, so the group OR below always has every lane).
+    const int warp_r0 = s * TY + (t & ~31) / TX;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (warp_r0 + r * step >= rows) break;
+        const int row = r0 + r * step, off = row * C + c0;
+        const bool on = row < rows;
+        unsigned b = 0;
+        if (on) {
+            T yv[V];
+            P zr;
+            if constexpr (kResidual) zr = *reinterpret_cast<const P*>(&z_wait[r * kBlock + t]);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                float p;
+                if constexpr (kResidual) {
+                    p = fmaf(bw::to_float(xp[r].v[k]) - each_use[k].m, each_use[k].a, each_use[k].b);
+                    p += bw::to_float(zr.v[k]);
+                } else {
+                    p = fmaf(bw::to_float(xp[r].v[k]) - coef[k].m, coef[k].a, coef[k].b);
+                }
+                b |= (p > 0.0f ? 1u : 0u) << k;
+                yv[k] = p > 0.0f ? bw::from_float<T>(p) : bw::from_float<T>(0.0f);
+            }
+            store_pack_once<T, V, true>(y, off, off + V, yv);
+        }
+        const unsigned word = bw::group_or<TX>(b << (tx * V));
+        if (on && tx == 0) words[(row * C + tile) >> 5] = word;
     }
 }
 

@@ -504,9 +504,44 @@ def test_optimized_forward_model_counts_x_as_the_launcher_reads_it(monkeypatch):
     assert suite.traffic_of(impl, small).write == suite.compute_traffic(small).write
 
 
-def test_reads_once_only_for_nchw_planes_no_pack_divides():
-    for shape, layout in (((32, 64, 112, 112), "NCHW"), ((32, 2048, 7, 7), "NHWC")):
-        assert not bn_relu.reads_once("backward", shape, torch.float16, layout)  # answered before any kernel loads
+def test_reads_once_only_where_a_register_kernel_may_apply():
+    """NCHW planes packs divide, the NHWC backward and NHWC forwards of C no multiple of 32 never
+    read once: answered before any kernel loads (no GPU here)."""
+    for direction, shape, layout in (("backward", (32, 64, 112, 112), "NCHW"), ("forward", (32, 64, 7, 8), "NCHW"),
+                                     ("backward", (32, 2048, 7, 7), "NHWC"), ("forward", (32, 48, 7, 7), "NHWC")):
+        assert not bn_relu.reads_once(direction, shape, torch.float16, layout)
+
+
+@pytest.mark.parametrize("shape,pack,wave", [((32, 2048, 7, 7), 8, 528), ((32, 512, 7, 7), 8, 528),
+                                             ((32, 256, 14, 14), 8, 528), ((32, 1024, 7, 7), 4, 528),
+                                             ((1, 32, 1, 1), 8, 528), ((2, 32, 33, 31), 8, 528),
+                                             ((32, 2048, 7, 7), 8, 512)])
+def test_nhwc_regs_plan_fits_one_wave_with_tiles_of_whole_mask_words(shape, pack, wave):
+    n, c, h, w = shape
+    rows = n * h * w
+    tiles, splits, r = bn_relu.nhwc_regs_plan(rows, c, pack, {4: wave})
+    at_once = bn_relu.BLOCK * pack // 32  # a block's rows at a time: 32 channels of a row across 32 / pack lanes
+    assert tiles * 32 == c and tiles * splits <= wave  # whole mask words; resident at once
+    assert splits * at_once * r >= rows  # every row held, at most r a thread
+    assert splits == min(wave // tiles, -(-rows // at_once))  # as many splits as fit, none without rows
+    assert (splits - 1) * at_once < rows
+
+
+@pytest.mark.parametrize("shape,pack,wave", [((32, 1000, 7, 7), 8, 528),  # C no multiple of 32
+                                             ((32, 1024, 14, 14), 8, 528),  # 6272 rows: 16 splits x 64 x 4 hold 4096
+                                             ((32, 2048, 7, 7), 4, 528),  # float32: 8 x 32 x 4 hold 1024 of 1568
+                                             ((4, 4096, 1, 1), 8, 100)])  # 128 tiles: more blocks than a wave
+def test_nhwc_regs_plan_leaves_what_it_cannot_hold(shape, pack, wave):
+    n, c, h, w = shape
+    assert bn_relu.nhwc_regs_plan(n * h * w, c, pack, {4: wave}) is None
+
+
+def test_nhwc_regs_kernels_are_declared():
+    for residual in (False, True):
+        for ctype in ("half_t", "float"):
+            names = bn_relu.nhwc_regs_kernels(ctype, residual)
+            assert set(names) == set(bn_relu.NHWC_REGS_ROWS[residual])
+            assert all(name in bn_relu.KERNELS for name in names.values())
 
 
 @pytest.mark.parametrize("shape,pack", [((32, 2048, 7, 7), 8), ((32, 512, 7, 7), 8), ((32, 256, 14, 14), 8),

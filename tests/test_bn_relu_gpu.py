@@ -305,10 +305,80 @@ def test_one_launch_group_kernels_match_reference(shape, dtype, direction, varia
         assert ok, f"{case} fused={fused}: {message}"
 
 
-@pytest.mark.parametrize("direction", ["forward", "backward"])
-def test_first_use_timing_keeps_one_path_and_the_byte_model_follows(direction, monkeypatch):
-    """fused=None at a shape both paths take: the first call times the one launch against the three
-    kernels once, keeps the faster (reads_once then says which), and every call passes the check."""
+# The one-launch NHWC register kernel: ResNet-50's small stages (64 and 16 tiles, several splits), one
+# tile of 32 channels, rows that end inside a block's rows (M = 35, 2046, 9 * 7) and inside a warp's,
+# a single row (N = H = W = 1), and the most rows four a thread hold in float32 and float16
+NHWC_REGS_SHAPES = [(32, 2048, 7, 7), (32, 512, 7, 7), (32, 256, 14, 14), (1, 32, 5, 7), (2, 32, 33, 31),
+                    (1, 96, 1, 1), (9, 64, 7, 1), (4, 1024, 8, 8)]
+
+
+@pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", NHWC_REGS_SHAPES, ids=lambda v: "x".join(map(str, v)))
+def test_nhwc_register_kernel_matches_reference(shape, dtype, variant, monkeypatch):
+    """Where reads_once says so the NHWC register kernel runs (fused=None, the first-use timing set
+    to keep it), and it and the three kernels (fused=False) pass the suite's check on fresh inputs
+    into poisoned outputs."""
+    from bwbench.cuda.bn_relu import launch as launcher
+
+    residual = variant == "bn_add_relu"
+    assert launcher.reads_once("forward", shape, getattr(torch, dtype), "NHWC", residual), "small: it applies"
+    ran = []
+    run_regs = launcher._run_nhwc_regs
+    monkeypatch.setattr(launcher, "_run_nhwc_regs", lambda *a, **k: ran.append(True) or run_regs(*a, **k))
+    monkeypatch.setattr(launcher, "_one_launch_wins", lambda *a, **k: True)  # the path under test, untimed
+    case = _case("forward", variant, shape, "NHWC", dtype)
+    inputs = _inputs(case, seed=sum(shape) + 13)
+    for fused in (None, False):
+        _poison(inputs["x"].numel() * 8)
+        ran.clear()
+        out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"],
+                                       z=inputs.get("z"), fused=fused)
+        torch.cuda.synchronize()
+        assert ran == ([True] if fused is None else []), (fused, ran)
+        ok, message = MOD.check(case, inputs, out)
+        assert ok, f"{case} fused={fused}: {message}"
+
+
+@pytest.mark.parametrize("shape", [(256, 2048, 7, 7), (32, 48, 7, 7), (2, 40, 28, 28)],
+                         ids=["too-many-rows", "tiles-off-the-words", "packs-off-the-channels"])
+def test_nhwc_register_kernel_leaves_what_it_cannot_hold(shape, monkeypatch):
+    """More rows than one wave's registers hold, or C no multiple of 32: another path runs, and passes."""
+    from bwbench.cuda.bn_relu import launch as launcher
+
+    assert not launcher.reads_once("forward", shape, torch.float16, "NHWC")
+    monkeypatch.setattr(launcher, "_run_nhwc_regs", lambda *a, **k: pytest.fail("the register kernel ran"))
+    case = _case("forward", "bn_relu", shape, "NHWC", "float16")
+    inputs = _inputs(case, seed=sum(shape))
+    _poison(inputs["x"].numel() * 8)
+    out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"])
+    torch.cuda.synchronize()
+    ok, message = MOD.check(case, inputs, out)
+    assert ok, f"{case}: {message}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_nhwc_register_kernel_statistics_of_data_with_a_large_mean(dtype, monkeypatch):
+    """The register kernel shifts by each channel's first element too: mean 1e4, std 1."""
+    from bwbench.cuda.bn_relu import launch as launcher
+
+    forward_reference = _reference().forward_reference
+    monkeypatch.setattr(launcher, "_one_launch_wins", lambda *a, **k: True)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    shape = (16, 64, 7, 7)
+    x = (1e4 + torch.randn(*shape, generator=gen, device="cuda")).to(dtype).contiguous(memory_format=torch.channels_last)
+    gamma, beta = torch.ones(64, device="cuda"), torch.zeros(64, device="cuda")
+    assert launcher.reads_once("forward", shape, dtype, "NHWC")
+    y, _, mean, invstd = launcher.bn_relu_forward(x, gamma, beta, 1e-5)
+    _, _, m_ref, s_ref = forward_reference(x, gamma, beta, 1e-5)
+    torch.testing.assert_close(mean.double(), m_ref, rtol=2e-7, atol=0)
+    torch.testing.assert_close(invstd.double(), s_ref, rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("direction,layout", [("forward", "NCHW"), ("backward", "NCHW"), ("forward", "NHWC")])
+def test_first_use_timing_keeps_one_path_and_the_byte_model_follows(direction, layout, monkeypatch):
+    """fused=None at a shape both paths take: the first call times the one launch against the other
+    path once, keeps the faster (reads_once then says which), and every call passes the check."""
     from bwbench.cuda.bn_relu import launch as launcher
 
     monkeypatch.setattr(launcher, "_GROUP_TIMED", {})
@@ -316,7 +386,7 @@ def test_first_use_timing_keeps_one_path_and_the_byte_model_follows(direction, m
     cold = launcher.cold_launch_us
     monkeypatch.setattr(launcher, "cold_launch_us", lambda fn, device, *a: timed.append(1) or cold(fn, device, *a))
     shape = (32, 512, 7, 7)
-    case = _case(direction, "bn_relu", shape, "NCHW", "float16")
+    case = _case(direction, "bn_relu", shape, layout, "float16")
     inputs = _inputs(case, seed=29)
     for _ in range(3):
         _poison(inputs["x"].numel() * 8)
@@ -330,7 +400,7 @@ def test_first_use_timing_keeps_one_path_and_the_byte_model_follows(direction, m
         assert ok, f"{case}: {message}"
     assert len(timed) == 2, "both paths timed once, on the first call"
     (key, kept), = launcher._GROUP_TIMED.items()
-    assert launcher.reads_once(direction, shape, torch.float16, "NCHW") == kept
+    assert launcher.reads_once(direction, shape, torch.float16, layout) == kept
 
 
 def test_one_launch_path_repeats_and_runs_on_two_streams():

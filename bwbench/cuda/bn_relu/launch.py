@@ -17,7 +17,10 @@ an elementwise pass. Where the shape allows (16-byte packs, and NCHW planes or N
 one cooperative launch whose blocks wait for each other between the phases (see `fused_grid`; NHWC
 only from ONE_LAUNCH_NHWC_MIN_BYTES); otherwise three kernels (reduction, per-channel finalize,
 elementwise pass). The one-launch forward keeps what shared memory holds of x between its passes
-(one_launch_plan), so its second pass reads only the rest from global memory (forward_x_read_bytes). Statistics are
+(one_launch_plan), so its second pass reads only the rest from global memory (forward_x_read_bytes).
+Tensors small enough to sit in the registers of one wave (NCHW planes no pack divides, both
+directions; NHWC with C % 32 == 0, the forward) have one-launch register kernels that read them once,
+chosen on first use by timing against the other path. Statistics are
 batch statistics, biased variance; running statistics are not updated (no implementation here
 updates them). Everything launches on PyTorch's current stream.
 """
@@ -49,6 +52,8 @@ from bwbench.cuda.bn_relu.plan import (
     fused_nhwc_scratch_bytes,
     group_fused_kernels,
     group_grid,
+    nhwc_regs_kernels,
+    nhwc_regs_plan,
     one_launch_by_default,
     plane_group,
     reduction_grid,
@@ -304,36 +309,73 @@ def _group_spec(module, direction: str, access: Access, layout: str, x: torch.Te
     return group_launch(module, direction, access.ctype, x.shape, residual, device_index(x))
 
 
-def _run_groups(module, spec: Launch, x: torch.Tensor, ws_arrays: int, leading: tuple, trailing: tuple = ()) -> None:
-    """Enqueue the one-launch group kernel `spec`: leading, the workspace, the barrier, N, C, H*W,
-    the group, trailing."""
-    n, c, h, w = x.shape
+def _run_cooperative(module, spec: Launch, x: torch.Tensor, ws_arrays: int, leading: tuple, sizes: tuple,
+                     trailing: tuple = ()) -> None:
+    """Enqueue the cooperative one-launch kernel `spec` (checked once per device to fit the GPU at
+    once): leading, a workspace of ws_arrays x S x C floats, the barrier, sizes, trailing."""
+    c = x.shape[1]
     device = device_index(x)
     kernel = module.kernel(spec.kernel)
     if (spec, device) not in _CHECKED:
         check_cooperative(kernel, spec, device)
         _CHECKED.add((spec, device))
     ws = torch.empty(ws_arrays * spec.grid[1] * c, dtype=torch.float32, device=x.device)
-    run(kernel, spec, (*leading, ws, _barrier(x.device, c), np.int32(n), np.int32(c), np.int32(h * w),
-                       np.int32(spec.args[0]), *trailing), x.device.index)
+    run(kernel, spec, (*leading, ws, _barrier(x.device, c), *sizes, *trailing), x.device.index)
+
+
+def _run_groups(module, spec: Launch, x: torch.Tensor, ws_arrays: int, leading: tuple, trailing: tuple = ()) -> None:
+    """Enqueue the one-launch group kernel `spec`: leading, the workspace, the barrier, N, C, H*W,
+    the group, trailing."""
+    n, c, h, w = x.shape
+    _run_cooperative(module, spec, x, ws_arrays, leading,
+                     (np.int32(n), np.int32(c), np.int32(h * w), np.int32(spec.args[0])), trailing)
+
+
+def nhwc_regs_launch(module, ctype: str, shape, residual: bool, device: int) -> Launch | None:
+    """The one-launch NHWC register kernel's launch (nhwc_regs_plan) for an aligned channels_last
+    tensor of this shape on `device`, or None where it does not apply."""
+    n, c, h, w = shape
+    key = ("nhwc-regs", ctype, residual, device, n, c, h * w)
+    if key not in PLANS:
+        names = nhwc_regs_kernels(ctype, residual)
+        waves = {r: _wave(module.kernel(name), device) for r, name in names.items()}
+        found = nhwc_regs_plan(n * h * w, c, _TYPES[ctype], waves)
+        PLANS[key] = None if found is None else Launch(names[found[2]], found[:2], (BLOCK,), cooperative=True,
+                                                       tier="one-launch NHWC registers")
+    return PLANS[key]
+
+
+def _nhwc_regs_spec(module, access: Access, layout: str, x: torch.Tensor, residual: bool,
+                    fused: bool | None) -> Launch | None:
+    """The NHWC register kernel's launch for this forward call, where it applies and fused=None (it
+    is then timed against the path fused=None takes otherwise)."""
+    if fused is not None or layout != "NHWC" or not access.vec:
+        return None
+    return nhwc_regs_launch(module, access.ctype, x.shape, residual, device_index(x))
+
+
+def _run_nhwc_regs(module, spec: Launch, x: torch.Tensor, leading: tuple) -> None:
+    n, c, h, w = x.shape
+    _run_cooperative(module, spec, x, 3, leading, (np.int32(n * h * w), np.int32(c)))
 
 
 _GROUP_TIMED: dict[tuple, bool] = {}
-"""(direction, storage type, residual, device, shape) -> whether the one-launch group kernel beat
-the three kernels when first timed."""
+"""(kernel, direction, storage type, residual, device, shape) -> whether the one-launch register
+kernel (the NCHW group kernel, or the NHWC register kernel) beat the other path when first timed."""
 
 
-def _group_key(direction: str, ctype: str, residual: bool, device: int, shape) -> tuple:
-    return direction, ctype, residual, device, tuple(shape)
+def _group_key(direction: str, ctype: str, residual: bool, device: int, shape, layout: str = "NCHW") -> tuple:
+    return layout, direction, ctype, residual, device, tuple(shape)
 
 
 def _one_launch_wins(key: tuple, one_launch, three_kernels, device: int) -> bool:
-    """Whether the one-launch group kernel runs for `key`'s shape: on first use both paths are timed
-    cold in L2 on the caller's arguments (bwbench/cuda/autotune.py; both write the same outputs) and
-    the faster is kept. The one launch holds each thread's images in registers and skips a launch and
-    a second read, but its grid barrier and per-block merge are fixed costs that the three kernels
-    beat at some shapes (32x512x7x7 float16 forward on an H100: 18.2 against 14.1 us). During CUDA
-    graph capture, where nothing may synchronize, the one launch runs untimed and nothing is kept."""
+    """Whether the one-launch register kernel (NCHW group or NHWC register kernel) runs for `key`'s
+    shape: on first use it and the other path are timed cold in L2 on the caller's arguments
+    (bwbench/cuda/autotune.py; both write the same outputs) and the faster is kept. The one launch
+    holds each thread's data in registers and skips a launch and a second read, but its grid barrier
+    and per-block merge are fixed costs that the three kernels beat at some shapes (32x512x7x7
+    float16 NCHW forward on an H100: 18.2 against 14.1 us). During CUDA graph capture, where nothing
+    may synchronize, the one launch runs untimed and nothing is kept."""
     found = _GROUP_TIMED.get(key)
     if found is not None:
         return found
@@ -348,16 +390,20 @@ def reads_once(direction: str, shape, dtype: torch.dtype, layout: str, residual:
                device: int | torch.device | None = None) -> bool:
     """Whether bn_relu_forward / bn_relu_backward (fused=None) read x (dy, the mask and x) from
     global memory only once for a 16-byte aligned tensor of this shape on `device`: the one-launch
-    group kernels keep them in registers between their passes. Where first-use timing has chosen
-    between them and the three kernels (_one_launch_wins), the kept choice; before, the plan's."""
+    register kernels (NCHW planes no pack divides, both directions; small NHWC tensors, the forward)
+    keep them in registers between their passes. Where first-use timing has chosen between such a
+    kernel and the other path (_one_launch_wins), the kept choice; before, the plan's."""
     n, c, h, w = shape
     ctype = cpp_type(dtype)
-    if layout != "NCHW" or (h * w) % _TYPES[ctype] == 0:
-        return False
+    if (h * w) % _TYPES[ctype] == 0 if layout == "NCHW" else direction != "forward" or c % 32:
+        return False  # answered without a GPU
     index = device_index(device)
-    if group_launch(load(SOURCE), direction, ctype, shape, residual, index) is None:
+    if layout == "NCHW":
+        if group_launch(load(SOURCE), direction, ctype, shape, residual, index) is None:
+            return False
+    elif nhwc_regs_launch(load(SOURCE), ctype, shape, residual, index) is None:
         return False
-    return _GROUP_TIMED.get(_group_key(direction, ctype, residual, index, shape), True)
+    return _GROUP_TIMED.get(_group_key(direction, ctype, residual, index, shape, layout), True)
 
 
 _CHECKED: set[tuple[Launch, int]] = set()
@@ -449,10 +495,12 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
                     z: torch.Tensor | None = None, fused: bool | None = None):
     """(y, mask, mean, invstd): y = relu(BN(x) [+ z]) with batch statistics; mask bit = (pre-activation > 0).
 
-    fused: None takes the one-launch path where it applies and one_launch_by_default agrees (for
-    NCHW planes no pack divides, the one-launch group kernel or the three kernels, whichever the
-    first call timed faster: _one_launch_wins); False forces the three kernels; True requires a
-    one-launch path (ValueError where none applies)."""
+    fused: None takes the one-launch path where it applies and one_launch_by_default agrees; where
+    a one-launch register kernel applies (NCHW planes no pack divides: the group kernel; small NHWC
+    tensors: the NHWC register kernel), that kernel or the other path, whichever the first call
+    timed faster (_one_launch_wins). False forces the three kernels; True requires a one-launch path
+    (the group kernel for NCHW planes no pack divides, else the one launch with the x cache;
+    ValueError where none applies)."""
     layout = _check_data(x, "x")
     if z is not None:
         _check_data(z, "z", like=x)
@@ -499,10 +547,21 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
         (one_launch if fused or _one_launch_wins(key, one_launch, three_kernels, device_index(x))
          else three_kernels)()
         return y, mask, mean, invstd
-    if _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout, pack,
-                   vec, fused, 3, leading, cache_x=True):
+    def cached_or_three_kernels() -> None:
+        if not _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout,
+                           pack, vec, fused, 3, leading, cache_x=True):
+            three_kernels()
+
+    regs = _nhwc_regs_spec(module, access, layout, x, z is not None, fused)
+    if regs is not None:
+        def one_launch_regs() -> None:
+            _run_nhwc_regs(module, regs, x, leading)
+
+        key = _group_key("forward", ctype, z is not None, device_index(x), x.shape, layout)
+        (one_launch_regs if _one_launch_wins(key, one_launch_regs, cached_or_three_kernels, device_index(x))
+         else cached_or_three_kernels)()
         return y, mask, mean, invstd
-    three_kernels()
+    cached_or_three_kernels()
     return y, mask, mean, invstd
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "fused_group_plan",
-           "group_fused_kernels", "group_grid",
+           "group_fused_kernels", "group_grid", "nhwc_regs_kernels", "nhwc_regs_plan",
            "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -44,6 +44,16 @@ def group_fused_kernels(direction: str, ctype: str, residual: bool) -> dict[int,
             for r in GROUP_IMAGES[(direction, residual)]}
 
 
+NHWC_REGS_ROWS = {False: (4,), True: (4,)}
+"""residual -> the rows a thread holds in registers in each instance of the one-launch NHWC register
+kernel (template argument R)."""
+
+
+def nhwc_regs_kernels(ctype: str, residual: bool) -> dict[int, str]:
+    """R -> the name of the one-launch NHWC register kernel holding R rows a thread."""
+    return {r: f"bnr::bn_relu_fused_nhwc_regs<{ctype}, {str(residual).lower()}, {r}>" for r in NHWC_REGS_ROWS[residual]}
+
+
 KERNELS = (
     *(n for t, v in _TYPES.items() for n in _reduction_names(t, v)),
     *(f"bnr::{k}_nchw_groups<{t}>" for k in ("bn_stats", "bn_grad") for t in _TYPES),
@@ -57,6 +67,7 @@ KERNELS = (
     *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
       for name in (f"bnr::{_GROUP_KERNEL[direction]}<{t}, {str(res).lower()}, {r}>" for r in
                    GROUP_IMAGES[(direction, res)])),
+    *(name for t in _TYPES for res in (False, True) for name in nhwc_regs_kernels(t, res).values()),
 )
 """Every kernel of kernels/bn_relu.cu the launcher names."""
 
@@ -120,6 +131,30 @@ def fused_group_plan(n: int, c: int, hw: int, pack: int, waves: dict[int, int]) 
         splits = min(n, waves[r] // groups)
         if splits >= 1 and -(-n // splits) <= r:
             return group, groups, splits, r
+    return None
+
+
+TILE_CHANNELS = 32
+"""Channels of a tile of the one-launch NHWC register kernel: one 32-bit mask word of every row."""
+
+
+def nhwc_regs_plan(rows: int, c: int, pack: int, waves: dict[int, int]) -> tuple[int, int, int] | None:
+    """(tiles, S, R) of the one-launch NHWC register kernel (bnr::bn_relu_fused_nhwc_regs), or None
+    where it does not apply.
+
+    `rows` = N * H * W; `waves`: R -> blocks of that instance resident on the GPU at once. A block
+    holds a tile of 32 channels (C % 32 == 0) of BLOCK * pack / 32 rows at a time, R times over at a
+    stride of S such row sets; the grid of tiles x S must be resident at once. Takes the instance
+    of fewest rows a thread that fits, with S as large as it allows (more loads in flight, fewer
+    rows a thread), and no larger than the rows need."""
+    if c % TILE_CHANNELS or rows <= 0:
+        return None
+    tiles = c // TILE_CHANNELS
+    at_once = BLOCK * pack // TILE_CHANNELS
+    for r in sorted(waves):
+        splits = min(waves[r] // tiles, -(-rows // at_once))
+        if splits >= 1 and splits * at_once * r >= rows:
+            return tiles, splits, r
     return None
 
 
