@@ -305,16 +305,18 @@ def test_one_launch_group_kernels_match_reference(shape, dtype, direction, varia
         assert ok, f"{case} fused={fused}: {message}"
 
 
-# The one-launch NHWC register kernel: ResNet-50's small stages (64 and 16 tiles, several splits), one
-# tile of 32 channels, rows that end inside a block's rows (M = 35, 2046, 9 * 7) and inside a warp's,
-# a single row (N = H = W = 1), and the most rows four a thread hold in float32 and float16
-NHWC_REGS_SHAPES = [(32, 2048, 7, 7), (32, 512, 7, 7), (32, 256, 14, 14), (1, 32, 5, 7), (2, 32, 33, 31),
-                    (1, 96, 1, 1), (9, 64, 7, 1), (4, 1024, 8, 8)]
+# The one-launch NHWC register kernel: ResNet-50's small stages (64 and 16 tiles, several splits; in
+# float32 the 1568 rows of 32x2048x7x7 exceed what one wave's registers hold), one tile of 32
+# channels, rows that end inside a block's rows (M = 35, 2046, 63) and inside a warp's, two rows
+# (H = W = 1 would be NCHW as well), and 4x1024x8x8
+NHWC_REGS_CASES = [(shape, dtype) for shape in [(32, 512, 7, 7), (32, 256, 14, 14), (1, 32, 5, 7), (2, 32, 33, 31),
+                                               (1, 96, 1, 2), (9, 64, 7, 1), (4, 1024, 8, 8)] for dtype in DTYPES]
+NHWC_REGS_CASES.append(((32, 2048, 7, 7), "float16"))
 
 
 @pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", NHWC_REGS_SHAPES, ids=lambda v: "x".join(map(str, v)))
+@pytest.mark.parametrize("shape,dtype", NHWC_REGS_CASES,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
 def test_nhwc_register_kernel_matches_reference(shape, dtype, variant, monkeypatch):
     """Where reads_once says so the NHWC register kernel runs (fused=None, the first-use timing set
     to keep it), and it and the three kernels (fused=False) pass the suite's check on fresh inputs
@@ -340,15 +342,16 @@ def test_nhwc_register_kernel_matches_reference(shape, dtype, variant, monkeypat
         assert ok, f"{case} fused={fused}: {message}"
 
 
-@pytest.mark.parametrize("shape", [(256, 2048, 7, 7), (32, 48, 7, 7), (2, 40, 28, 28)],
-                         ids=["too-many-rows", "tiles-off-the-words", "packs-off-the-channels"])
-def test_nhwc_register_kernel_leaves_what_it_cannot_hold(shape, monkeypatch):
+@pytest.mark.parametrize("shape,dtype", [((256, 2048, 7, 7), "float16"), ((32, 2048, 7, 7), "float32"),
+                                         ((32, 48, 7, 7), "float16"), ((2, 36, 28, 28), "float16")],
+                         ids=["too-many-rows", "too-many-float-rows", "tiles-off-the-words", "packs-off-the-channels"])
+def test_nhwc_register_kernel_leaves_what_it_cannot_hold(shape, dtype, monkeypatch):
     """More rows than one wave's registers hold, or C no multiple of 32: another path runs, and passes."""
     from bwbench.cuda.bn_relu import launch as launcher
 
-    assert not launcher.reads_once("forward", shape, torch.float16, "NHWC")
+    assert not launcher.reads_once("forward", shape, getattr(torch, dtype), "NHWC")
     monkeypatch.setattr(launcher, "_run_nhwc_regs", lambda *a, **k: pytest.fail("the register kernel ran"))
-    case = _case("forward", "bn_relu", shape, "NHWC", "float16")
+    case = _case("forward", "bn_relu", shape, "NHWC", dtype)
     inputs = _inputs(case, seed=sum(shape))
     _poison(inputs["x"].numel() * 8)
     out = launcher.bn_relu_forward(inputs["x"], inputs["gamma"], inputs["beta"], inputs["eps"])
