@@ -834,6 +834,9 @@ softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 #define BW_CLUSTER_DIMS(c)
 #endif
 
+// The largest cluster every GPU with clusters launches (dispatch.PORTABLE_CLUSTER).
+constexpr int kPortableCluster = 8;
+
 namespace bw {
 namespace smx {
 
@@ -944,10 +947,16 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     const int rank = static_cast<int>(blockIdx.x % C);
+    // Clusters of 16 (kStride) stride over the rows, a grid of the clusters the GPU holds at once
+    // (the host's plan), and load each row's slices while they store the row before; the others
+    // take a row each and load it on their own.
+    constexpr bool kStride = C > kPortableCluster;
     int turn = 0;
-    for (i64 row = blockIdx.x / C; row < rows; row += gridDim.x / C, turn ^= 1) {
-        const T* yr = bw::smx::row_at(y, row, y_stride);
-        const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+    const i64 step = gridDim.x / C;
+    i64 row = blockIdx.x / C;
+    auto load = [&](i64 r) {  // this block's slices of row r
+        const T* yr = bw::smx::row_at(y, r, y_stride);
+        const T* dyr = bw::smx::row_at(dy, r, dy_stride);
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
@@ -956,6 +965,15 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             bw::smx::copy_pack<T, P>(&cache_y[k - lo], yr, span, k, 0.0f);
             bw::smx::copy_pack<T, P>(&cache_dy[k - lo], dyr, span, k, 0.0f);
         }
+    };
+    if (kStride && row < rows) load(row);
+    for (; row < rows; row += step, turn ^= 1) {
+        const T* yr = bw::smx::row_at(y, row, y_stride);
+        const T* dyr = bw::smx::row_at(dy, row, dy_stride);
+        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
+        int lo, hi;
+        bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+        if (!kStride) load(row);
         bw::tile::wait_copies();
         float thread_sum = 0.0f;
         for (int k = lo + tid; k < hi; k += bs) {
@@ -972,13 +990,42 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 #pragma unroll
         for (int r = 0; r < C; ++r) total += *bw::smx::in_block(&parts[turn], r);
         T* dxr = bw::smx::row_at(dx, row, dx_stride);
-        for (int k = lo + tid; k < hi; k += bs) {
-            float fy[P], fdy[P];
-            bw::smx::unpack(cache_y[k - lo], fy);
-            bw::smx::unpack(cache_dy[k - lo], fdy);
+        if constexpr (kStride) {
+            // The next row's slices, entry by entry as this row's store frees them: entry e is
+            // thread e % blockDim's in every row, so no barrier comes between.
+            const bool more = row + step < rows;
+            const T* nyr = bw::smx::row_at(y, more ? row + step : row, y_stride);
+            const T* ndyr = bw::smx::row_at(dy, more ? row + step : row, dy_stride);
+            const bw::smx::RowSpan<P> nspan = bw::smx::row_span<T, P>(nyr, cols);
+            int nlo, nhi;
+            bw::smx::cluster_slice<C>(nspan.packs(), rank, nlo, nhi);
+            const int next_entries = more ? nhi - nlo : 0;
+            int e = tid;
+            for (; e < hi - lo; e += bs) {
+                float fy[P], fdy[P];
+                bw::smx::unpack(cache_y[e], fy);
+                bw::smx::unpack(cache_dy[e], fdy);
 #pragma unroll
-            for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
-            bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
+                for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
+                bw::smx::store_any<T, P>(dxr, span, lo + e, bw::smx::pack_from<T, P>(fy));
+                if (e < next_entries) {
+                    bw::smx::copy_pack<T, P>(&cache_y[e], nyr, nspan, nlo + e, 0.0f);
+                    bw::smx::copy_pack<T, P>(&cache_dy[e], ndyr, nspan, nlo + e, 0.0f);
+                }
+            }
+            for (; e < next_entries; e += bs) {
+                bw::smx::copy_pack<T, P>(&cache_y[e], nyr, nspan, nlo + e, 0.0f);
+                bw::smx::copy_pack<T, P>(&cache_dy[e], ndyr, nspan, nlo + e, 0.0f);
+            }
+        } else {
+            for (int k = lo + tid; k < hi; k += bs) {
+                float fy[P], fdy[P];
+                bw::smx::unpack(cache_y[k - lo], fy);
+                bw::smx::unpack(cache_dy[k - lo], fdy);
+#pragma unroll
+                for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
+                bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
+            }
         }
     }
     bw::smx::cluster_sync();  // no block leaves while a peer may still read its parts

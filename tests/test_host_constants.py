@@ -44,6 +44,7 @@ def _pairs():
 
     return [
         ("softmax.cu", "BW_SOFTMAX_WARP_BLOCK", softmax.WARP_BLOCK),
+        ("softmax.cu", "kPortableCluster", softmax.PORTABLE_CLUSTER),
         ("norm.cu", "kWarpBlock", norm.WARP_BLOCK),
         ("norm.cu", "kBlockStoreBatch", norm.CACHED_STORE_BATCH),
         ("norm.cu", "kUncachedStoreBatch", norm.UNCACHED_STORE_BATCH),

@@ -194,16 +194,26 @@ def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, c
     if direction == "forward" and cols == 100_003:  # 200 KiB: one shared-memory block still holds it
         assert plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True)).tier == "smem"
         return
-    with_clusters = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True))
-    assert with_clusters.tier == "cluster" and with_clusters.choice.cluster in dispatch.CLUSTER_SIZES
-    assert with_clusters.grid % with_clusters.choice.cluster == 0
-    assert with_clusters.grid == 1024 * with_clusters.choice.cluster, "a cluster for every row"
+    device = FakeDevice(clusters=True)
+    with_clusters = plan(op, 1024, cols, "half_t", 8, device)
+    size = with_clusters.choice.cluster
+    assert with_clusters.tier == "cluster" and size in dispatch.CLUSTER_SIZES
+    assert with_clusters.grid % size == 0
+    if dispatch.cluster_strides(size, direction):  # the clusters the GPU holds at once, striding
+        resident = device.active_clusters(with_clusters.launch.kernel, size, with_clusters.block, with_clusters.smem)
+        assert 0 < resident < 1024 and with_clusters.grid == resident * size
+    else:
+        assert with_clusters.grid == 1024 * size, "a cluster for every row"
     assert with_clusters.launch.kernel in dispatch.kernel_names("half_t", direction)
     assert with_clusters.smem <= 227 * 1024
     without = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=False))
     assert without.tier != "cluster"
     capped = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True), grid_waves=1)
-    assert capped.grid % capped.choice.cluster == 0 and capped.grid < with_clusters.grid
+    assert capped.grid % capped.choice.cluster == 0
+    if dispatch.cluster_strides(size, direction):
+        assert capped.grid == with_clusters.grid, "striding clusters: the resident ones whatever the cap"
+    else:
+        assert capped.grid < with_clusters.grid
 
 
 def test_a_forced_cluster_tier_needs_clusters():
@@ -231,8 +241,13 @@ def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
-    # but not where sixteenths leave one block an SM: float32 y and dy of 1 MiB each
-    assert plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True)).tier == "uncached"
+    # and where sixteenths leave one block an SM (float32 y and dy of 1 MiB each): the backward's
+    # sixteen stride over the rows, loading the next while they store
+    strided = plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True))
+    assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.smem == 128 * 1024
+    assert strided.grid < 1024 * 16 and strided.grid % 16 == 0
+    assert plan("softmax", 1024, 262144 * 2, "float", 4, FakeDevice(clusters=True)).tier == "uncached", \
+        "forward sixteenths of one block an SM"
     # a slice of 4097 packs (rows of 262147 starting mid-pack) would want 1024 threads, two blocks
     # an SM; 512 keep the three its shared memory allows
     odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False)

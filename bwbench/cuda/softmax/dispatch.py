@@ -372,18 +372,30 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     """(blocks per row, threads, dynamic shared memory) of the cluster tier for a row span of
     `cols`, or None where even the largest cluster (of at most `largest` blocks) leaves fewer than
     `min_blocks_per_sm` blocks an SM within `smem_limit`: the smallest cluster whose slice leaves
-    room for two blocks an SM, else the smallest whose slice fits. Sixteen blocks only where their
-    slices leave two blocks an SM: at one (float32 backward rows of 262144 on an H100) re-reading
-    the row through L2 was faster (59% of copy against 55%)."""
+    room for two blocks an SM, else the smallest whose slice fits. Forward clusters of sixteen only
+    where their slices leave two blocks an SM. The backward's sixteen stride over the rows and load
+    the next row while they store (cluster_strides), which carries them at one block an SM too:
+    float32 rows of 262144 on an H100 at 72% of copy, where re-reading the row through L2 gave 59%
+    (and a cluster a row, before the striding, 55%)."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
-               and (c <= PORTABLE_CLUSTER or slice_bytes[c] <= smem_limit // 2)]
+               and (c <= PORTABLE_CLUSTER or cluster_strides(c, direction) or slice_bytes[c] <= smem_limit // 2)]
     if not fitting:
         return None
     size = next((c for c in fitting if slice_bytes[c] <= smem_limit // 2), fitting[0])
     slice_packs = -(-span_packs(cols, pack) // size)
     return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), slice_bytes[size]
+
+
+def cluster_strides(size: int, direction: str) -> bool:
+    """Whether the cluster tier's grid is the clusters the GPU holds at once, striding over the
+    rows, each block loading its next row's slices while it stores the row before (the kernel's
+    kStride), rather than a cluster a row: the backward's clusters of sixteen. A non-portable
+    cluster is slow to find room for at every row; on an H100 striding took the float16 backward
+    at 262144 columns from 83% of copy to 86% and at 256000 from 83% to 86%, but lost 1.6 points
+    in backward clusters of eight (128256 columns) and 2-11 points in the forward."""
+    return direction == "backward" and size > PORTABLE_CLUSTER
 
 
 def cluster_block_size(preferred: int, resident: Mapping[int, int]) -> int:

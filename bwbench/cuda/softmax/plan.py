@@ -168,7 +168,8 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     starts_aligned: every row starts on a pack boundary; otherwise capacity is planned for rows
     that start mid-pack (dispatch.span_cols). thresholds, tier and block override the measured
     dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. grid_waves
-    caps the grid (None: a block per row). dense: every tensor's rows lie end to end (row stride
+    caps the grid (None: a block per row; striding clusters, dispatch.cluster_strides, always run
+    the clusters the GPU holds at once). dense: every tensor's rows lie end to end (row stride
     = cols), which the tile tier needs. Where the dispatch leaves the tier open
     (dispatch.timed_alternatives), the plan carries the other tiers' plans for the launcher to time.
     """
@@ -303,7 +304,13 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
-        grid = max(size, grid_blocks(rows * size, per_sm, queries.sms, grid_waves) // size * size)
+        if dispatch.cluster_strides(size, direction):
+            # The clusters the GPU holds at once, striding over the rows, each block loading its
+            # next row while it stores the one before (kernels/softmax.cu, kStride).
+            clusters = queries.active_clusters(name, size, choice.block, smem)
+            grid = size * max(1, min(rows, clusters))
+        else:
+            grid = max(size, grid_blocks(rows * size, per_sm, queries.sms, grid_waves) // size * size)
         return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier=choice.tier))
     if choice.warp is not None:
         threads = dispatch.WARP_BLOCK
