@@ -523,18 +523,20 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nhwc_regs(
     // Row 0 holds each channel's shift K (the phase B thread of channel tile + t needs its own).
     const P shift = *reinterpret_cast<const P*>(x + c0);
     const float tile_shift = t < 32 ? bw::to_float(x[tile + t]) : 0.0f;
-    {  // phase A
+    // Phase A: each channel's sums of d = x - K and d^2, plain sums all the way (every thread of
+    // the grid shifts a channel by the same K, so the sums add up; a Welford state a thread and
+    // Chan's merge over lanes, warps and blocks cost more), turned into the channel's state once,
+    // from all `rows` values, in phase B (as the NCHW group kernels do).
+    {
         float s1[V], s2[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             s1[k] = 0.0f;
             s2[k] = 0.0f;
         }
-        int count = 0;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r0 + r * step >= rows) continue;
-            ++count;
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 const float d = bw::to_float(xp[r].v[k]) - bw::to_float(shift.v[k]);
@@ -542,20 +544,22 @@ __global__ void __launch_bounds__(kBlock, 4) bn_relu_fused_nhwc_regs(
                 s2[k] = fmaf(d, d, s2[k]);
             }
         }
-        Stat st[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) st[k] = from_sums(static_cast<float>(count), s1[k], s2[k]);
-        __shared__ float merge[3 * V * (kBlock / 32) * TX];
-        const Stat total = block_merge_packs_in<V>(st, TX, merge);  // thread t < 32: channel pack_channel
-        if (t < 32) store_partial(ws, s, S, C, pack_channel<V>(TX), total);
+        float a, b;
+        block_sum_packs<V, TX>(s1, s2, TX, a, b);  // thread t < 32: channel pack_channel
+        if (t < 32) {
+            const int c = pack_channel<V>(TX);
+            ws[s * C + c] = a;
+            ws[s * C + c + S * C] = b;
+        }
     }
     grid_sync(bar, gridDim.x * gridDim.y);
 
     __shared__ FwdCoef tile_coef[32];
     {  // phase B: the tile's 32 channels from all S partials
-        const Stat u = merge_channel_round(ws, S, C, tile, 32);  // thread t < 32: channel tile + t
+        const float2 sums = sum_channel_round(ws, S, C, tile, 32);  // thread t < 32: channel tile + t
         if (t < 32) {
             const int c = tile + t;
+            const Stat u = from_sums(static_cast<float>(rows), sums.x, sums.y);
             const float m = tile_shift + u.mean, is = invstd_of(u, eps);
             tile_coef[t] = FwdCoef{m, is * gamma[c], beta[c]};
             if (s == 0) {

@@ -124,10 +124,11 @@ __device__ __forceinline__ int pack_channel(int width) {
     return (static_cast<int>(blockIdx.x) * width + t % width) * V + t / width;
 }
 
-// block_sum of two values for V channels a thread at once, as block_merge_packs does it.
-template <int V>
+// block_sum of two values for V channels a thread at once, as block_merge_packs does it (width at
+// most MaxWidth, which sizes its shared memory).
+template <int V, int MaxWidth = 32>
 __device__ __forceinline__ void block_sum_packs(float (&a)[V], float (&b)[V], int width, float& ta, float& tb) {
-    __shared__ float sh[2][V][kBlock / 32][32];
+    __shared__ float sh[2][V][kBlock / 32][MaxWidth];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int k = 0; k < V; ++k) {

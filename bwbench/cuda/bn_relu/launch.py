@@ -356,7 +356,7 @@ def _nhwc_regs_spec(module, access: Access, layout: str, x: torch.Tensor, residu
 
 def _run_nhwc_regs(module, spec: Launch, x: torch.Tensor, leading: tuple) -> None:
     n, c, h, w = x.shape
-    _run_cooperative(module, spec, x, 3, leading, (np.int32(n * h * w), np.int32(c)))
+    _run_cooperative(module, spec, x, 2, leading, (np.int32(n * h * w), np.int32(c)))
 
 
 _GROUP_TIMED: dict[tuple, bool] = {}
