@@ -99,6 +99,32 @@ struct Pack16 {
     typedef Pack<T, size> type;
 };
 
+// A pack widened to float. bfloat16 widens a 32-bit word (two elements) at a time: the low
+// element is the word shifted up 16 bits, the high one the word with its low 16 bits cleared, one
+// instruction each; element by element the compiler first extracted each 16-bit value and then
+// shifted it (1.8 instructions an element in the softmax warp tier, where it ran at 74% of copy
+// against float16's 91% on an H100). float16 takes one conversion an element either way.
+template <typename T, int N>
+__device__ __forceinline__ void widen(const Pack<T, N>& p, float (&out)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = to_float(p.v[i]);
+}
+
+template <int N>
+__device__ __forceinline__ void widen(const Pack<bf16_t, N>& p, float (&out)[N]) {
+    if constexpr (N % 2 == 0) {
+        const unsigned* words = reinterpret_cast<const unsigned*>(&p);  // aligned: alignof(Pack) = 2N
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+            out[2 * i] = __uint_as_float(words[i] << 16);
+            out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) out[i] = to_float(p.v[i]);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions, always in float (the storage type is converted first, so half and bfloat16 rows
 // lose nothing while being reduced).

@@ -121,8 +121,7 @@ __device__ __forceinline__ bw::Pack<T, N> load_pack(const T* p) {
 
 template <typename T, int N>
 __device__ __forceinline__ void to_floats(const bw::Pack<T, N>& p, float* f) {
-#pragma unroll
-    for (int j = 0; j < N; ++j) f[j] = bw::to_float(p.v[j]);
+    bw::widen(p, *reinterpret_cast<float(*)[N]>(f));
 }
 
 // Narrowing a pack of floats and storing it as one access. For the 16-bit types on sm_80+ two

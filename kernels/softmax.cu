@@ -116,7 +116,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     const PackT v = kUniform ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
                                              : bw::smx::load_whole<T, P>(xr, span[r], pack);
                     if constexpr (kRaw) raw[r][p] = v;
-                    bw::smx::unpack(v, f);
+                    bw::smx::unpack_words(v, f);
                 } else {  // padding: contributes nothing to max or sum, never stored
 #pragma unroll
                     for (int i = 0; i < P; ++i) f[i] = bw::neg_inf();
@@ -131,9 +131,9 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 float f[P];
                 if constexpr (kEdgeHeld) {
                     edge[r] = bw::smx::load_masked<T, P>(xr, span[r], k, bw::neg_inf());
-                    bw::smx::unpack(edge[r], f);
+                    bw::smx::unpack_words(edge[r], f);
                 } else {
-                    bw::smx::unpack(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+                    bw::smx::unpack_words(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
                 }
 #pragma unroll
                 for (int i = 0; i < P; ++i) row_max[r] = fmaxf(row_max[r], f[i]);
@@ -150,7 +150,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     const int pack = p * G + walk.lane;
                     if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {  // masked: exp(-inf) = 0
                         float f[P];
-                        bw::smx::unpack(raw[r][p], f);
+                        bw::smx::unpack_words(raw[r][p], f);
 #pragma unroll
                         for (int i = 0; i < P; ++i) row_sum[r] += bw::smx::fast_exp<T>(f[i] - row_max[r]);
                     }
@@ -170,7 +170,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             const T* xr = bw::smx::row_at(x, walk.first + walk.offset + r, x_stride);
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float f[P];
-                bw::smx::unpack(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+                bw::smx::unpack_words(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
 #pragma unroll
                 for (int i = 0; i < P; ++i) row_sum[r] += bw::smx::fast_exp<T>(f[i] - row_max[r]);
             });
@@ -188,7 +188,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
                     float f[P];
                     if constexpr (kRaw) {
-                        bw::smx::unpack(raw[r][p], f);
+                        bw::smx::unpack_words(raw[r][p], f);
 #pragma unroll
                         for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max[r], k);
                     } else {
@@ -208,7 +208,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             const T* xr = bw::smx::row_at(x, row, x_stride);
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
                 float f[P];
-                bw::smx::unpack(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
+                bw::smx::unpack_words(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
 #pragma unroll
                 for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max[r], k);
                 bw::smx::store_partial<T, P>(yr, span[r], e, bw::smx::pack_from<T, P>(f));
@@ -536,8 +536,8 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             for (int p = 0; p < NP; ++p) {
                 if (kUniform || span[r].whole(p * G + walk.lane)) {
                     float fy[P], fdy[P];
-                    bw::smx::unpack(buf_y[r][p], fy);
-                    bw::smx::unpack(buf_dy[r][p], fdy);
+                    bw::smx::unpack_words(buf_y[r][p], fy);
+                    bw::smx::unpack_words(buf_dy[r][p], fdy);
 #pragma unroll
                     for (int i = 0; i < P; ++i) row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
                 }
@@ -547,8 +547,8 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             const T* dyr = bw::smx::row_at(dy, row, dy_stride);
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
                 float fy[P], fdy[P];
-                bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span[r], k, 0.0f), fy);
-                bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span[r], k, 0.0f), fdy);
+                bw::smx::unpack_words(bw::smx::load_partial<T, P>(yr, span[r], k, 0.0f), fy);
+                bw::smx::unpack_words(bw::smx::load_partial<T, P>(dyr, span[r], k, 0.0f), fdy);
 #pragma unroll
                 for (int i = 0; i < P; ++i) row_sum[r] += Backward<Algo, T>::term(fy[i], fdy[i]);
             });
@@ -564,8 +564,8 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
                 const int pack = p * G + walk.lane;
                 if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
                     float fy[P], fdy[P], f[P];
-                    bw::smx::unpack(buf_y[r][p], fy);
-                    bw::smx::unpack(buf_dy[r][p], fdy);
+                    bw::smx::unpack_words(buf_y[r][p], fy);
+                    bw::smx::unpack_words(buf_dy[r][p], fdy);
 #pragma unroll
                     for (int i = 0; i < P; ++i) f[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum[r]);
                     if constexpr (kUniform) {
@@ -579,8 +579,8 @@ softmax_grad_warp(const T* __restrict__ y, i64 y_stride, const T* __restrict__ d
             const T* dyr = bw::smx::row_at(dy, row, dy_stride);
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int e) {
                 float fy[P], fdy[P];
-                bw::smx::unpack(bw::smx::load_partial<T, P>(yr, span[r], e, 0.0f), fy);
-                bw::smx::unpack(bw::smx::load_partial<T, P>(dyr, span[r], e, 0.0f), fdy);
+                bw::smx::unpack_words(bw::smx::load_partial<T, P>(yr, span[r], e, 0.0f), fy);
+                bw::smx::unpack_words(bw::smx::load_partial<T, P>(dyr, span[r], e, 0.0f), fdy);
 #pragma unroll
                 for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], row_sum[r]);
                 bw::smx::store_partial<T, P>(dxr, span[r], e, bw::smx::pack_from<T, P>(fy));

@@ -152,6 +152,13 @@ __device__ __forceinline__ void unpack(const Pack<T, P>& p, float (&out)[P]) {
     for (int i = 0; i < P; ++i) out[i] = to_float(p.v[i]);
 }
 
+// unpack for the warp tiers: bfloat16 widened a 32-bit word at a time (bw::widen). The block tiers
+// keep unpack: at 1024 threads a block (64 registers) the word-wise form spilled in some of them.
+template <typename T, int P>
+__device__ __forceinline__ void unpack_words(const Pack<T, P>& p, float (&out)[P]) {
+    widen(p, out);
+}
+
 template <typename T, int P>
 __device__ __forceinline__ Pack<T, P> pack_from(const float (&in)[P]) {
     Pack<T, P> p;
