@@ -433,20 +433,23 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (active && s + r * S < N) add_shifted<T, V>(xp[r], split, lo, hi, a, b);
-        const float count = static_cast<float>(split_images(N, s, S) * HW);
+        // The partials stay plain sums (every block shifts a channel by the same K), as in the
+        // NHWC register kernel: the channel's state is formed once, in phase B.
         group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
-            store_partial(ws, s, S, C, g.c0 + j, from_sums(count, sa, sb));
+            ws[s * C + g.c0 + j] = sa;
+            ws[s * C + g.c0 + j + S * C] = sb;
         });
     }
     grid_sync(bar, gridDim.x * gridDim.y);
 
-    // Phase B: this group's channels from all S partials, 32 a round (merge_channel_round: whole
+    // Phase B: this group's channels from all S partials, 32 a round (sum_channel_round: whole
     // sectors; a warp per channel read one sector a lane, and every block of the group repeats the
     // merge: 48 MB of L2 traffic for a 1.6 MB tensor at 32x512x7x7).
     __shared__ FwdCoef group_coef[kBlock];  // group <= kBlock * V / HW <= kBlock channels (HW >= V)
     for (int first = 0; first < g.channels; first += kChannelsPerRound) {
-        const Stat u = merge_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
+        const float2 sums = sum_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
         if (t < kChannelsPerRound && first + t < g.channels) {
+            const Stat u = from_sums(static_cast<float>(N * HW), sums.x, sums.y);
             const int c = g.c0 + first + t;
             const float m = bw::to_float(x[c * HW]) + u.mean, is = invstd_of(u, eps);
             group_coef[first + t] = FwdCoef{m, is * gamma[c], beta[c]};

@@ -541,7 +541,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
     groups = _group_spec(module, "forward", access, layout, x, z is not None, fused)
     if groups is not None:
         def one_launch() -> None:
-            _run_groups(module, groups, x, 3, leading)
+            _run_groups(module, groups, x, 2, leading)
 
         key = _group_key("forward", ctype, z is not None, device_index(x), x.shape)
         (one_launch if fused or _one_launch_wins(key, one_launch, three_kernels, device_index(x))
