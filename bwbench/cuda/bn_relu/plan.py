@@ -3,7 +3,9 @@
 The kernel list, the block size and the grid rules of both paths: three kernels (per-channel
 reduction, finalize, elementwise apply) or one cooperative launch (`fused_grid`) whose blocks wait
 for each other between the phases, keeping what shared memory holds of x (`fused_nhwc_scratch_bytes`,
-walk_step) for the second pass.
+walk_step) for the second pass. Tensors small enough for one wave's registers have one-launch
+register kernels of their own: NCHW planes no pack divides (`fused_group_plan`) and NHWC with C a
+multiple of 32 (`nhwc_regs_plan`).
 """
 
 from __future__ import annotations
