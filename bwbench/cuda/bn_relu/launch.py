@@ -45,6 +45,7 @@ from bwbench.cuda.bn_relu.plan import (
     MERGE_ROUNDS_MIN_SLOTS,
     READY_FLAGS,
     READY_FLAGS_AT,
+    TILE_CHANNELS,
     apply_blocks,
     finalize_grid,
     fused_grid,
@@ -360,7 +361,7 @@ def _run_nhwc_regs(module, spec: Launch, x: torch.Tensor, leading: tuple) -> Non
 
 
 _GROUP_TIMED: dict[tuple, bool] = {}
-"""(kernel, direction, storage type, residual, device, shape) -> whether the one-launch register
+"""(layout, direction, storage type, residual, device, shape) -> whether the one-launch register
 kernel (the NCHW group kernel, or the NHWC register kernel) beat the other path when first timed."""
 
 
@@ -395,13 +396,14 @@ def reads_once(direction: str, shape, dtype: torch.dtype, layout: str, residual:
     kernel and the other path (_one_launch_wins), the kept choice; before, the plan's."""
     n, c, h, w = shape
     ctype = cpp_type(dtype)
-    if (h * w) % _TYPES[ctype] == 0 if layout == "NCHW" else direction != "forward" or c % 32:
-        return False  # answered without a GPU
+    nchw = layout == "NCHW"
+    if (h * w) % _TYPES[ctype] == 0 if nchw else (direction != "forward" or c % TILE_CHANNELS):
+        return False  # no register kernel for this shape (answered without a GPU)
     index = device_index(device)
-    if layout == "NCHW":
-        if group_launch(load(SOURCE), direction, ctype, shape, residual, index) is None:
-            return False
-    elif nhwc_regs_launch(load(SOURCE), ctype, shape, residual, index) is None:
+    module = load(SOURCE)
+    found = group_launch(module, direction, ctype, shape, residual, index) if nchw else \
+        nhwc_regs_launch(module, ctype, shape, residual, index)
+    if found is None:
         return False
     return _GROUP_TIMED.get(_group_key(direction, ctype, residual, index, shape, layout), True)
 
@@ -547,6 +549,7 @@ def bn_relu_forward(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, ep
         (one_launch if fused or _one_launch_wins(key, one_launch, three_kernels, device_index(x))
          else three_kernels)()
         return y, mask, mean, invstd
+
     def cached_or_three_kernels() -> None:
         if not _one_launch(module, f"bnr::bn_relu_fused_{layout.lower()}<{ctype}, {b(z is not None)}>", x, layout,
                            pack, vec, fused, 3, leading, cache_x=True):
