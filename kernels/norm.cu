@@ -877,9 +877,10 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // block writes gamma and beta shifted by it into shared memory once (dynamic: the span's packs,
 // once for gamma and once for beta); a thread then reads its packs of them in one 16-byte access
 // each. On another grid a block a row rewrites the copy when its row's lead changes, and a group's
-// row at another lead reads them from global memory element by element: slower, still right. Held in registers instead, gamma and beta took LayerNorm's 8-pack kernel to
-// 232 registers, 8 warps an SM. Statistics: the shifted two-pass sums of the tile tier (the mean
-// of x - K, then the squares about it), reduced over the row's threads.
+// row at another lead reads them from global memory element by element: slower, still right. Held
+// in registers instead, gamma and beta took LayerNorm's 8-pack kernel to 232 registers, 8 warps an
+// SM. Statistics: the shifted two-pass sums of the tile tier (the mean of x - K, then the squares
+// about it), reduced over the row's threads.
 // =============================================================================================
 // Blocks an SM the group kernels (W < B) are built for: left free, the compiler gave them 96-114
 // registers, four 128-thread blocks an SM, and Nsight Compute found LayerNorm at 129 columns
