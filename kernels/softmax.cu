@@ -82,11 +82,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // loaded once, whole and masked, by their owner lane and kept in a register pack (`edge`).
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
     // One pack a lane (groups under a warp, and full warps up to 32 packs), and groups under a
-    // warp with a few packs a lane: every pack of the span, partial or not, is loaded whole and
-    // masked and handled alike in registers, so short rows keep all lanes busy; full warps with
-    // several packs a lane leave their two partial packs to the owner lanes (for_each_edge), which
-    // keeps the register count of the unrolled packs.
-    constexpr bool kUniform = NP == 1 || G < 32;
+    // warp with two or three packs a lane: every pack of the span, partial or not, is loaded whole
+    // and masked and handled alike in registers, so short rows keep all lanes busy; groups with
+    // more packs a lane leave their two partial packs to the owner lanes (for_each_edge), which
+    // keeps the register count and the instructions of the unrolled packs (masked, full warps of
+    // 3-6 packs ran 3-30 points slower at 577-1025 columns).
+    constexpr bool kUniform = NP == 1 || (G < 32 && NP <= 3);
     constexpr bool kEdgeHeld = !kUniform && R == 1;
     typedef Pack<T, P> PackT;
     typedef bw::smx::RowSpan<P> Span;

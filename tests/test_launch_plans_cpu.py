@@ -450,6 +450,11 @@ def test_fit_shapes_hold_odd_spans_in_fewer_lane_slots():
     five = d.fit_shape(31 + 7, 8, "forward", d.warp_shape(38, 8, "forward"))
     assert (five.group, five.packs_per_thread) == (2, 3), "6 slots for 5 packs, where 8 lanes left 3 idle"
     assert d.fit_shape(32, 8, "forward", d.warp_shape(32, 8, "forward")) is None, "4 packs fill 4 lanes"
+    vit = d.fit_shape(577 + 7, 8, "forward", d.warp_shape(577 + 7, 8, "forward"))  # 74 packs, 96 slots
+    assert (vit.group, vit.packs_per_thread) == (16, 5), "80 slots, the edges to their owner lanes"
+    short = d.fit_shape(197 + 7, 8, "forward", d.warp_shape(197 + 7, 8, "forward"))  # 26 packs, 32 slots
+    assert (short.group, short.packs_per_thread) == (16, 2), "as many slots, two rows a warp"
+    assert d.fit_shape(256, 8, "forward", d.warp_shape(256, 8, "forward")) is None, "32 packs fill a warp"
     assert d.fit_shape(33 + 7, 1, "forward") is None, "no fitted shapes without 16-byte packs"
     for direction in ("forward", "backward"):
         for pack in (4, 8):

@@ -658,10 +658,11 @@ def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-@pytest.mark.parametrize("cols", [31, 40, 127, 129, 197, 577])
+@pytest.mark.parametrize("cols", [31, 40, 127, 129, 197, 300, 577, 640])
 def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols):
-    """Groups under a warp with several packs a lane (the fitted shapes), forced: every pack loaded
-    whole and masked, rows starting mid-pack, poisoned outputs, every layout."""
+    """Groups under a warp with several packs a lane (the fitted shapes), forced: two or three packs
+    a lane loaded whole and masked, five with the partial head and tail left to their owner lanes
+    (300, 577 and 640 columns), rows starting mid-pack, poisoned outputs, every layout."""
     from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.softmax.launch import row_layout
 

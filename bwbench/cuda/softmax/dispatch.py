@@ -264,9 +264,17 @@ def warp_shapes(pack: int, direction: str, small_group_rows: int = 2, full_warp_
 FIT_GROUPS = (2, 4, 8, 16)
 """Group widths of the fitted warp shapes: groups under a warp with several packs a lane."""
 FIT_PACKS = {"forward": (2, 3), "backward": ()}
-"""Packs a lane of the fitted warp shapes (16-byte packs only). More packs a lane spilled in some
-instantiations (4 and 5) or took 120-128 registers (6 and 7); in the backward, which holds y and
-dy, 3 spilled and 2 fits no odd span tighter than the power-of-two groups do, so it has none."""
+"""Packs a lane of the fitted warp shapes (16-byte packs only). More packs a lane, masked like
+these, spilled in some instantiations (4 and 5) or took 120-128 registers (6 and 7); in the
+backward, which holds y and dy, 3 spilled and 2 fits no odd span tighter than the power-of-two
+groups do, so it has none."""
+
+FIT_WIDE = {"forward": ((8, 5), (16, 5)), "backward": ()}
+"""Fitted (group, packs a lane) shapes that leave the partial head and tail packs to their owner
+lanes, as full warps do, instead of masking every pack: 16 lanes of five hold a row of 577 half
+values (74 packs) in 80 slots, where a full warp of three takes 96, and 8 of five hold 300 (39
+packs) in 40 where a full warp of two takes 64. Narrower groups of five would displace the three
+packs of 8 lanes that won at 127 and 129 columns."""
 
 
 def fit_shapes(pack: int, direction: str) -> tuple[WarpShape, ...]:
@@ -276,7 +284,8 @@ def fit_shapes(pack: int, direction: str) -> tuple[WarpShape, ...]:
     if pack == 1:  # 16-byte packs only, not the one-element fallback of misaligned tensors
         return ()
     limit = MAX_COLS_PER_THREAD[direction]
-    return tuple(WarpShape(pack, n, g, 1) for g in FIT_GROUPS for n in FIT_PACKS[direction] if n * pack <= limit)
+    shapes = [(g, n) for g in FIT_GROUPS for n in FIT_PACKS[direction]] + list(FIT_WIDE[direction])
+    return tuple(WarpShape(pack, n, g, 1) for g, n in shapes if n * pack <= limit)
 
 
 def _slots(shape: WarpShape) -> int:
@@ -285,10 +294,18 @@ def _slots(shape: WarpShape) -> int:
 
 def fit_shape(cols: int, pack: int, direction: str, current: WarpShape | None = None) -> WarpShape | None:
     """The fitted shape holding a row span of `cols` in the fewest lane slots (group x packs a lane),
-    the wider group on a tie, and in fewer than `current` has where given; None where none does."""
+    the wider group on a tie; where `current` is given, in fewer slots than it has, or, where the
+    row leaves some of its slots idle, in as many on a narrower group (more rows a warp, so more
+    loads in flight); None where none does."""
     packs = span_packs(cols, pack)
-    most = _slots(current) if current is not None else 10**9
-    fitting = [w for w in fit_shapes(pack, direction) if packs <= _slots(w) < most]
+
+    def tighter(w: WarpShape) -> bool:
+        if current is None:
+            return True
+        fewer = _slots(w) < _slots(current)
+        return fewer or (packs < _slots(current) == _slots(w) and w.group < current.group)
+
+    fitting = [w for w in fit_shapes(pack, direction) if packs <= _slots(w) and tighter(w)]
     if not fitting:
         return None
     return min(fitting, key=lambda w: (_slots(w), -w.group))

@@ -353,9 +353,8 @@ def _forced_choice(op, direction, span, pack, th, tier, block, one_pass, occupan
     if tier == "warp_fit":
         shape = dispatch.fit_shape(span, pack, direction)
         if shape is None:
-            packs = dispatch.FIT_PACKS[direction]
-            limit = (f"at most {max(dispatch.FIT_GROUPS)} lanes of {max(packs)} packs" if packs
-                     else f"the {direction} has none")
+            slots = [w.group * w.packs_per_thread for w in dispatch.fit_shapes(pack, direction)]
+            limit = f"at most {max(slots)} lane slots" if slots else f"the {direction} has none"
             raise ValueError(f"no fitted warp shape holds a row span of {span} in {pack}-element packs ({limit})")
         return dispatch.TierChoice("warp", warp=shape, pack=pack)
     if tier == "smem":
