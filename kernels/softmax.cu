@@ -102,11 +102,14 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
         // for one row per access; with two the register pack made the unrolled loops spill, so
         // those read their edges again element by element.
         PackT edge[kEdgeHeld ? R : 1];
-        // Raw rows take their max from the packs as stored (max_packs), a word an instruction.
-        PackT top[kRaw ? R : 1];
+        // Raw rows with owner-lane edges take their max from the packs as stored (max_packs), a
+        // word an instruction. Not the masked shapes: the running max pack took the fitted groups
+        // of three packs from 64 to 72 registers, and 129 columns lost 2.5 points of copy.
+        constexpr bool kPackedMax = kRaw && !kUniform;
+        PackT top[kPackedMax ? R : 1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            if constexpr (kRaw) top[r] = bw::smx::pack_fill<T, P>(bw::neg_inf());
+            if constexpr (kPackedMax) top[r] = bw::smx::pack_fill<T, P>(bw::neg_inf());
             const i64 row = walk.first + walk.offset + r;
             const bool live = row < rows;
             const T* xr = bw::smx::row_at(x, live ? row : 0, x_stride);
@@ -120,7 +123,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     return kUniform ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
                                     : bw::smx::load_whole<T, P>(xr, span[r], pack);
                 };
-                if constexpr (kRaw) {
+                if constexpr (kPackedMax) {
                     if (held) {
                         raw[r][p] = load();
                         top[r] = bw::smx::max_packs(top[r], raw[r][p]);
@@ -128,14 +131,16 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 } else {
                     float f[P];
                     if (held) {
-                        bw::smx::unpack_words(load(), f);
+                        const PackT v = load();
+                        if constexpr (kRaw) raw[r][p] = v;
+                        bw::smx::unpack_words(v, f);
                     } else {  // padding: contributes nothing to max or sum, never stored
 #pragma unroll
                         for (int i = 0; i < P; ++i) f[i] = bw::neg_inf();
                     }
 #pragma unroll
                     for (int i = 0; i < P; ++i) {
-                        buf[r][p * P + i] = f[i];
+                        if constexpr (!kRaw) buf[r][p * P + i] = f[i];
                         row_max[r] = fmaxf(row_max[r], f[i]);
                     }
                 }
@@ -144,13 +149,13 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 const PackT v = kEdgeHeld ? bw::smx::load_masked<T, P>(xr, span[r], k, bw::neg_inf())
                                           : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf());
                 if constexpr (kEdgeHeld) edge[r] = v;
-                if constexpr (kRaw) {
+                if constexpr (kPackedMax) {
                     top[r] = bw::smx::max_packs(top[r], v);
                 } else {
                     row_max[r] = fmaxf(row_max[r], bw::smx::pack_max(v));
                 }
             });
-            if constexpr (kRaw) row_max[r] = bw::smx::pack_max(top[r]);
+            if constexpr (kPackedMax) row_max[r] = bw::smx::pack_max(top[r]);
         }
         float row_sum[R];
         // softmax's terms exp(x - m), shared by the sum and the store (RowExp); log-softmax keeps

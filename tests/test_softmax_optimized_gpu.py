@@ -34,8 +34,8 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
-FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "warp_fit", "registers", "smem",
-                 "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
+FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "warp_fit", "warp_wide", "registers",
+                 "smem", "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
 BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "warp_fit", "smem", "smem/oneflow", "uncached",
                   "cluster", "tile"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
@@ -167,8 +167,9 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
                         fn(**laid, out=out, **overrides)
                     continue
-            if overrides.get("tier") == "warp_fit":
-                if d.fit_shape(span, pack, direction) is None:
+            if overrides.get("tier") in d.FIT_TIERS.values():
+                family = {name: f for f, name in d.FIT_TIERS.items()}[overrides["tier"]]
+                if d.fit_shape(span, pack, direction, family=family) is None:
                     with pytest.raises(ValueError, match="no fitted warp shape"):
                         fn(**laid, out=out, **overrides)
                     continue
@@ -658,15 +659,17 @@ def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("tier", ["warp_fit", "warp_wide"])
 @pytest.mark.parametrize("cols", [31, 40, 127, 129, 197, 300, 577, 640])
-def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols):
+def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols, tier):
     """Groups under a warp with several packs a lane (the fitted shapes), forced: two or three packs
-    a lane loaded whole and masked, five with the partial head and tail left to their owner lanes
-    (300, 577 and 640 columns), rows starting mid-pack, poisoned outputs, every layout."""
+    a lane loaded whole and masked (warp_fit), four or five with the partial head and tail left to
+    their owner lanes (warp_wide), rows starting mid-pack, poisoned outputs, every layout."""
     from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.softmax.launch import row_layout
 
     direction = "backward" if "backward" in op else "forward"
+    family = {name: f for f, name in d.FIT_TIERS.items()}[tier]
     for rows in (1, 7, 130):
         inputs = _inputs(op, rows, cols, dtype, seed=rows * 31 + cols)
         reference = _reference(op, inputs)
@@ -674,12 +677,12 @@ def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols):
             laid = {k: _layout(v, layout) for k, v in inputs.items()}
             out = _poisoned_out(rows, cols, dtype, layout)
             pack, starts_aligned, _ = row_layout(tuple(laid.values()) + (out,))
-            if d.fit_shape(d.span_cols(cols, pack, starts_aligned), pack, direction) is None:
+            if d.fit_shape(d.span_cols(cols, pack, starts_aligned), pack, direction, family=family) is None:
                 with pytest.raises(ValueError, match="no fitted warp shape"):
-                    _function(op)(**laid, out=out, tier="warp_fit")
+                    _function(op)(**laid, out=out, tier=tier)
                 continue
-            assert _function(op)(**laid, out=out, tier="warp_fit") is out
-            _assert_close(out, reference, op, dtype, f"{op} [warp_fit] {_name(dtype)} ({rows}, {cols}) {layout}")
+            assert _function(op)(**laid, out=out, tier=tier) is out
+            _assert_close(out, reference, op, dtype, f"{op} [{tier}] {_name(dtype)} ({rows}, {cols}) {layout}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
