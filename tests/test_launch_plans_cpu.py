@@ -468,7 +468,9 @@ def test_fit_shapes_hold_odd_spans_in_fewer_lane_slots():
         for pack in (4, 8):
             for shape in d.fit_shapes(pack, direction):
                 assert shape.group < 32 and shape.cols_per_thread <= d.MAX_COLS_PER_THREAD[direction]
-    assert d.fit_shapes(8, "backward") == (), "the backward has none (FIT_PACKS, FIT_WIDE)"
+    assert d.fit_shapes(8, "backward", "masked") == (), "the backward has no masked ones (FIT_PACKS)"
+    back = d.fit_shape(197 + 7, 8, "backward", d.warp_shape(197 + 7, 8, "backward"), family="wide")
+    assert (back.group, back.packs_per_thread) == (8, 4), "y and dy: 32 values a lane at most"
 
 
 def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
