@@ -268,9 +268,10 @@ def test_auto_dispatch_reaches_every_tier():
         # float16 rows of 262144 (512 KiB): eighths of 64 KiB, or of 128 KiB for y and dy
         assert t(8, 262144, torch.float16, op) == ("cluster" if clusters else "uncached")
         # float32 (1 MiB): eighths leave one block an SM (where the forward's uncached re-read beat
-        # the cluster) and the backward's (256 KiB of y and dy) fit no block; the forward's
-        # sixteenths leave three, on GPUs that hold clusters of 16, the backward's still one
-        sixteen = forward and _holds_sixteen(op, torch.float32)
+        # the cluster) and the backward's (256 KiB of y and dy) fit no block; on GPUs that hold
+        # clusters of 16, the forward's sixteenths leave three blocks an SM, and the backward's
+        # (128 KiB) one, where its striding clusters still beat the uncached tier
+        sixteen = _holds_sixteen(op, torch.float32)
         assert t(8, 262144, torch.float32, op) == ("cluster" if sixteen else "uncached")
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
@@ -278,7 +279,8 @@ def test_auto_dispatch_reaches_every_tier():
 
 def _holds_sixteen(op: str, dtype: torch.dtype) -> bool:
     """Whether this GPU launches the cluster tier's 16-block clusters of `op` (the non-portable
-    size), with 512 threads and 64 KiB a block (float32 rows of 262144 in the forward)."""
+    size), with 512 threads and a sixteenth of a float32 row of 262144 a block (64 KiB in the
+    forward, 128 KiB of y and dy in the backward)."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda.loader import allow_all_dynamic_shared_memory, cpp_type, load, max_active_clusters
     from bwbench.cuda.softmax import dispatch as d
@@ -292,7 +294,7 @@ def _holds_sixteen(op: str, dtype: torch.dtype) -> bool:
     name = d.kernel_name(ctype, algorithm, direction, d.TierChoice("cluster", block=512, pack=pack, cluster=16))
     kernel = module.kernel(name)
     allow_all_dynamic_shared_memory(kernel)
-    return max_active_clusters(kernel, 16, 512, 64 * 1024) > 0
+    return max_active_clusters(kernel, 16, 512, (64 if direction == "forward" else 128) * 1024) > 0
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
@@ -644,8 +646,8 @@ def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
     plan = s.plan_launch(op, rows, cols, dtype, dense=True)
     if "backward" not in op and torch.cuda.get_device_capability() < (9, 0):
         assert plan.alternatives == ()
-    else:
-        assert len(plan.candidates) == 2, plan
+    else:  # the backward at 197 columns also times a wide fitted warp shape
+        assert len(plan.candidates) == (3 if cols == 197 else 2), plan
     inputs = _inputs(op, rows, cols, dtype, seed=rows + cols)
     reference = _reference(op, inputs)
     out = _poisoned_out(rows, cols, dtype, "contiguous")
