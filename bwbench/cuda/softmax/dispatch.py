@@ -568,7 +568,8 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
     And the fitted warp shapes (fit_shape) of each family in `fits_tighter` (those that hold the
     row tighter than the warp tier's shape): "warp_fit", masked, won at 127 and 129 columns (55
     and 57 against 39) and lost at 31 and 33 (37 against 46-47); "warp_wide" won at 300 and 577
-    (80 and 90 against 50 and 74).
+    (80 and 90 against 50 and 74) and, in the backward, at 129 and 197 (65 and 79 against the
+    tile tier's 58 and 74).
     """
     if choice.tier == "warp":
         fitted = tuple(FIT_TIERS[family] for family in FIT_FAMILIES if family in fits_tighter)
