@@ -82,11 +82,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     // loaded once, whole and masked, by their owner lane and kept in a register pack (`edge`).
     constexpr bool kRaw = sizeof(T) == 2 && P >= 2 && NP >= 2;
     // One pack a lane (groups under a warp, and full warps up to 32 packs), and groups under a
-    // warp with a few packs a lane: every pack of the span, partial or not, is loaded whole and
-    // masked and handled alike in registers, so short rows keep all lanes busy; full warps with
-    // several packs a lane leave their two partial packs to the owner lanes (for_each_edge), which
-    // keeps the register count of the unrolled packs.
-    constexpr bool kUniform = NP == 1 || G < 32;
+    // warp with two or three packs a lane: every pack of the span, partial or not, is loaded whole
+    // and masked and handled alike in registers, so short rows keep all lanes busy; groups with
+    // more packs a lane leave their two partial packs to the owner lanes (for_each_edge), which
+    // keeps the register count and the instructions of the unrolled packs (masked, full warps of
+    // 3-6 packs ran 3-30 points slower at 577-1025 columns).
+    constexpr bool kUniform = NP == 1 || (G < 32 && NP <= 3);
     constexpr bool kEdgeHeld = !kUniform && R == 1;
     typedef Pack<T, P> PackT;
     typedef bw::smx::RowSpan<P> Span;
@@ -101,8 +102,14 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
         // for one row per access; with two the register pack made the unrolled loops spill, so
         // those read their edges again element by element.
         PackT edge[kEdgeHeld ? R : 1];
+        // Raw rows with owner-lane edges take their max from the packs as stored (max_packs), a
+        // word an instruction. Not the masked shapes: the running max pack took the fitted groups
+        // of three packs from 64 to 72 registers, and 129 columns lost 2.5 points of copy.
+        constexpr bool kPackedMax = kRaw && !kUniform;
+        PackT top[kPackedMax ? R : 1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
+            if constexpr (kPackedMax) top[r] = bw::smx::pack_fill<T, P>(bw::neg_inf());
             const i64 row = walk.first + walk.offset + r;
             const bool live = row < rows;
             const T* xr = bw::smx::row_at(x, live ? row : 0, x_stride);
@@ -111,38 +118,54 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
 #pragma unroll
             for (int p = 0; p < NP; ++p) {
                 const int pack = p * G + walk.lane;
-                float f[P];
-                if (kUniform ? pack < span[r].packs() : span[r].whole(pack)) {
-                    const PackT v = kUniform ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
-                                             : bw::smx::load_whole<T, P>(xr, span[r], pack);
-                    if constexpr (kRaw) raw[r][p] = v;
-                    bw::smx::unpack_words(v, f);
-                } else {  // padding: contributes nothing to max or sum, never stored
+                const bool held = kUniform ? pack < span[r].packs() : span[r].whole(pack);
+                auto load = [&] {
+                    return kUniform ? bw::smx::load_masked<T, P>(xr, span[r], pack, bw::neg_inf())
+                                    : bw::smx::load_whole<T, P>(xr, span[r], pack);
+                };
+                if constexpr (kPackedMax) {
+                    if (held) {
+                        raw[r][p] = load();
+                        top[r] = bw::smx::max_packs(top[r], raw[r][p]);
+                    }
+                } else {
+                    float f[P];
+                    if (held) {
+                        const PackT v = load();
+                        if constexpr (kRaw) raw[r][p] = v;
+                        bw::smx::unpack_words(v, f);
+                    } else {  // padding: contributes nothing to max or sum, never stored
 #pragma unroll
-                    for (int i = 0; i < P; ++i) f[i] = bw::neg_inf();
-                }
+                        for (int i = 0; i < P; ++i) f[i] = bw::neg_inf();
+                    }
 #pragma unroll
-                for (int i = 0; i < P; ++i) {
-                    if constexpr (!kRaw) buf[r][p * P + i] = f[i];
-                    row_max[r] = fmaxf(row_max[r], f[i]);
+                    for (int i = 0; i < P; ++i) {
+                        if constexpr (!kRaw) buf[r][p * P + i] = f[i];
+                        row_max[r] = fmaxf(row_max[r], f[i]);
+                    }
                 }
             }
             if constexpr (!kUniform) bw::smx::for_each_edge(span[r], walk.lane, G - 1, [&](int k) {
-                float f[P];
-                if constexpr (kEdgeHeld) {
-                    edge[r] = bw::smx::load_masked<T, P>(xr, span[r], k, bw::neg_inf());
-                    bw::smx::unpack_words(edge[r], f);
+                const PackT v = kEdgeHeld ? bw::smx::load_masked<T, P>(xr, span[r], k, bw::neg_inf())
+                                          : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf());
+                if constexpr (kEdgeHeld) edge[r] = v;
+                if constexpr (kPackedMax) {
+                    top[r] = bw::smx::max_packs(top[r], v);
                 } else {
-                    bw::smx::unpack_words(bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
+                    row_max[r] = fmaxf(row_max[r], bw::smx::pack_max(v));
                 }
-#pragma unroll
-                for (int i = 0; i < P; ++i) row_max[r] = fmaxf(row_max[r], f[i]);
             });
+            if constexpr (kPackedMax) row_max[r] = bw::smx::pack_max(top[r]);
         }
         float row_sum[R];
+        // softmax's terms exp(x - m), shared by the sum and the store (RowExp); log-softmax keeps
+        // x - m for its output and takes fast_exp(x - m) for the sum.
+        bw::smx::RowExp<T> term[R];
+        constexpr bool kSoftmax = Algo == bw::smx::kSoftmax;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             row_max[r] = bw::warp_allreduce<bw::MaxOp, G>(row_max[r]);
+            term[r] = bw::smx::RowExp<T>(row_max[r]);
             row_sum[r] = 0.0f;
             if constexpr (kRaw) {
 #pragma unroll
@@ -152,14 +175,16 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                         float f[P];
                         bw::smx::unpack_words(raw[r][p], f);
 #pragma unroll
-                        for (int i = 0; i < P; ++i) row_sum[r] += bw::smx::fast_exp<T>(f[i] - row_max[r]);
+                        for (int i = 0; i < P; ++i) {
+                            row_sum[r] += kSoftmax ? term[r](f[i]) : bw::smx::fast_exp<T>(f[i] - row_max[r]);
+                        }
                     }
                 }
             } else {
 #pragma unroll
                 for (int i = 0; i < C; ++i) {
-                    if (Algo == bw::smx::kSoftmax) {  // keep exp(x - m): the store only scales it
-                        buf[r][i] = bw::smx::fast_exp<T>(buf[r][i] - row_max[r]);
+                    if (kSoftmax) {  // keep exp(x - m): the store only scales it
+                        buf[r][i] = term[r](buf[r][i]);
                         row_sum[r] += buf[r][i];
                     } else {  // keep x - m: the store only subtracts log(sum)
                         buf[r][i] -= row_max[r];
@@ -172,7 +197,9 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 float f[P];
                 bw::smx::unpack_words(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
 #pragma unroll
-                for (int i = 0; i < P; ++i) row_sum[r] += bw::smx::fast_exp<T>(f[i] - row_max[r]);
+                for (int i = 0; i < P; ++i) {
+                    row_sum[r] += kSoftmax ? term[r](f[i]) : bw::smx::fast_exp<T>(f[i] - row_max[r]);
+                }
             });
         }
 #pragma unroll
@@ -190,7 +217,9 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     if constexpr (kRaw) {
                         bw::smx::unpack_words(raw[r][p], f);
 #pragma unroll
-                        for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max[r], k);
+                        for (int i = 0; i < P; ++i) {
+                            f[i] = kSoftmax ? term[r](f[i]) * k : Forward<Algo, T>::apply(f[i], row_max[r], k);
+                        }
                     } else {
 #pragma unroll
                         for (int i = 0; i < P; ++i) {
@@ -210,7 +239,9 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 float f[P];
                 bw::smx::unpack_words(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
 #pragma unroll
-                for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], row_max[r], k);
+                for (int i = 0; i < P; ++i) {
+                    f[i] = kSoftmax ? term[r](f[i]) * k : Forward<Algo, T>::apply(f[i], row_max[r], k);
+                }
                 bw::smx::store_partial<T, P>(yr, span[r], e, bw::smx::pack_from<T, P>(f));
             });
         }

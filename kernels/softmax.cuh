@@ -30,6 +30,33 @@ __device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
 template <>
 __device__ __forceinline__ float fast_exp<float>(float x) { return expf(x); }
 
+// exp(x - m) for the terms of one softmax row of max m, as the sum and the store of the warp tier
+// take them. For half and bfloat16: 2^(x log2 e - m log2 e), one FFMA and MUFU.EX2 where
+// fast_exp(x - m) takes an FADD, an FMUL and the MUFU. Rounding m log2 e scales every term of the
+// row by one factor, which cancels in y = e / sum(e) because the sum and the store share the
+// shift; so it serves softmax, not log-softmax, whose output keeps log(sum). The FFMA rounds once,
+// like the FADD it replaces. float32 storage keeps expf(x - m).
+template <typename T>
+struct RowExp {
+    static constexpr float kLog2e = 1.4426950408889634f;
+    float shift;
+    RowExp() = default;
+    __device__ __forceinline__ explicit RowExp(float m) : shift(m * kLog2e) {}
+    __device__ __forceinline__ float operator()(float x) const {
+        float e;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(x, kLog2e, -shift)));
+        return e;
+    }
+};
+
+template <>
+struct RowExp<float> {
+    float m;
+    RowExp() = default;
+    __device__ __forceinline__ explicit RowExp(float max) : m(max) {}
+    __device__ __forceinline__ float operator()(float x) const { return expf(x - m); }
+};
+
 // Forward math of the two algorithms, from the row's max m and sum of exp(x - m).
 template <int Algo, typename T>
 struct Forward;
@@ -157,6 +184,54 @@ __device__ __forceinline__ void unpack(const Pack<T, P>& p, float (&out)[P]) {
 template <typename T, int P>
 __device__ __forceinline__ void unpack_words(const Pack<T, P>& p, float (&out)[P]) {
     widen(p, out);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ unsigned max_words(half_t, unsigned a, unsigned b) {
+    unsigned m;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+    return m;
+}
+
+__device__ __forceinline__ unsigned max_words(bf16_t, unsigned a, unsigned b) {
+    unsigned m;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+    return m;
+}
+#endif
+
+// Element-wise max of two packs of 16-bit values, a 32-bit word (two elements) an instruction
+// (max.f16x2 / max.bf16x2, sm_80 on): a row's max from its packs as stored, where widening them
+// first takes two instructions an element. Like fmaxf, a NaN loses to the other value, and the max
+// of stored values is one of them, so the float max of the result is the float max of the row.
+template <typename T, int P>
+__device__ __forceinline__ Pack<T, P> max_packs(const Pack<T, P>& a, const Pack<T, P>& b) {
+    Pack<T, P> out;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (sizeof(T) == 2 && P % 2 == 0) {
+        const unsigned* wa = reinterpret_cast<const unsigned*>(&a);
+        const unsigned* wb = reinterpret_cast<const unsigned*>(&b);
+        unsigned* wo = reinterpret_cast<unsigned*>(&out);
+#pragma unroll
+        for (int i = 0; i < P / 2; ++i) wo[i] = max_words(T{}, wa[i], wb[i]);
+    } else
+#endif
+    {
+#pragma unroll
+        for (int i = 0; i < P; ++i) out.v[i] = from_float<T>(fmaxf(to_float(a.v[i]), to_float(b.v[i])));
+    }
+    return out;
+}
+
+// The largest element of a pack, in float.
+template <typename T, int P>
+__device__ __forceinline__ float pack_max(const Pack<T, P>& p) {
+    float f[P];
+    widen(p, f);
+    float m = f[0];
+#pragma unroll
+    for (int i = 1; i < P; ++i) m = fmaxf(m, f[i]);
+    return m;
 }
 
 template <typename T, int P>

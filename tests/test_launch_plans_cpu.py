@@ -450,12 +450,27 @@ def test_fit_shapes_hold_odd_spans_in_fewer_lane_slots():
     five = d.fit_shape(31 + 7, 8, "forward", d.warp_shape(38, 8, "forward"))
     assert (five.group, five.packs_per_thread) == (2, 3), "6 slots for 5 packs, where 8 lanes left 3 idle"
     assert d.fit_shape(32, 8, "forward", d.warp_shape(32, 8, "forward")) is None, "4 packs fill 4 lanes"
+    vit_warp = d.warp_shape(577 + 7, 8, "forward")  # 74 packs: a full warp of three, 96 slots
+    assert d.fit_shape(577 + 7, 8, "forward", vit_warp) is None, "masked groups hold at most 48 slots"
+    vit = d.fit_shape(577 + 7, 8, "forward", vit_warp, family="wide")
+    assert (vit.group, vit.packs_per_thread) == (16, 5), "80 slots, the edges to their owner lanes"
+    short_warp = d.warp_shape(197 + 7, 8, "forward")  # 26 packs: a full warp of one, 32 slots
+    short = d.fit_shape(197 + 7, 8, "forward", short_warp)
+    assert (short.group, short.packs_per_thread) == (16, 2), "as many slots, two rows a warp"
+    wide = d.fit_shape(197 + 7, 8, "forward", short_warp, family="wide")
+    assert (wide.group, wide.packs_per_thread) == (8, 4), "as many slots, four rows a warp"
+    assert {(w.group, w.packs_per_thread) for w in d.fit_shapes(8, "forward", "wide")} == set(d.FIT_WIDE["forward"])
+    with pytest.raises(ValueError, match="family must be one of"):
+        d.fit_shapes(8, "forward", "narrow")
+    assert d.fit_shape(256, 8, "forward", d.warp_shape(256, 8, "forward")) is None, "32 packs fill a warp"
     assert d.fit_shape(33 + 7, 1, "forward") is None, "no fitted shapes without 16-byte packs"
     for direction in ("forward", "backward"):
         for pack in (4, 8):
             for shape in d.fit_shapes(pack, direction):
                 assert shape.group < 32 and shape.cols_per_thread <= d.MAX_COLS_PER_THREAD[direction]
-    assert d.fit_shapes(8, "backward") == (), "the backward has none (FIT_PACKS)"
+    assert d.fit_shapes(8, "backward", "masked") == (), "the backward has no masked ones (FIT_PACKS)"
+    back = d.fit_shape(197 + 7, 8, "backward", d.warp_shape(197 + 7, 8, "backward"), family="wide")
+    assert (back.group, back.packs_per_thread) == (8, 4), "y and dy: 32 values a lane at most"
 
 
 def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
@@ -464,15 +479,20 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
 
     odd = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
     assert [(c.tier, c.choice.warp.group, c.choice.warp.packs_per_thread) for c in odd.candidates] == \
-        [("warp", 32, 1), ("warp", 8, 3)]
+        [("warp", 32, 1), ("warp", 8, 3), ("warp", 4, 5)], "the tightest masked and wide shapes"
     fitted = odd.alternatives[0]
     assert fitted.launch.kernel in d.kernel_names("half_t", "forward")
     assert fitted.grid == -(-49152 // (d.WARP_BLOCK // 8)), "four rows a warp"
     assert plan("softmax", 49152, 128, "half_t", 8, FakeDevice()).alternatives == ()
     forced = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, tier="warp_fit")
     assert forced.tier == "warp" and forced.choice.warp == fitted.choice.warp
-    with pytest.raises(ValueError, match="no fitted warp shape"):
-        plan("softmax", 49152, 4096, "half_t", 8, FakeDevice(), tier="warp_fit")
+    wide = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, tier="warp_wide")
+    assert wide.choice.warp == odd.alternatives[1].choice.warp
+    vit = plan("softmax", 49152, 577, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+    assert [(c.choice.warp.group, c.choice.warp.packs_per_thread) for c in vit.candidates] == [(32, 3), (16, 5)]
+    for tier in ("warp_fit", "warp_wide"):
+        with pytest.raises(ValueError, match=f"no fitted warp shape \\({tier}\\)"):
+            plan("softmax", 49152, 4096, "half_t", 8, FakeDevice(), tier=tier)
     with pytest.raises(ValueError, match=r"no fitted warp shape .*\(the backward has none\)"):
         plan("softmax_backward", 49152, 127, "half_t", 8, FakeDevice(), tier="warp_fit")
 

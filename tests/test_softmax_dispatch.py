@@ -252,10 +252,10 @@ def test_every_reachable_choice_is_instantiated(ctype, direction):
 
 def test_instantiation_count_stays_small():
     """Every module compiles at first use (NVRTC) and in the CPU compile test: keep it bounded.
-    The forward's 16 fitted warp shapes (two algorithms) took it past 160; the backward's tile
-    instances holding rows in registers (two sizes, two algorithms) past 112."""
+    The forward's 14 fitted warp shapes (two families, two algorithms) took it past 176; the
+    backward's tile instances holding rows in registers (two sizes, two algorithms) past 112."""
     for ctype in ("half_t", "bf16_t", "float"):
-        assert len(d.kernel_names(ctype, "forward")) <= 176
+        assert len(d.kernel_names(ctype, "forward")) <= 188
         assert len(d.kernel_names(ctype, "backward")) <= 116
 
 

@@ -264,31 +264,61 @@ def warp_shapes(pack: int, direction: str, small_group_rows: int = 2, full_warp_
 FIT_GROUPS = (2, 4, 8, 16)
 """Group widths of the fitted warp shapes: groups under a warp with several packs a lane."""
 FIT_PACKS = {"forward": (2, 3), "backward": ()}
-"""Packs a lane of the fitted warp shapes (16-byte packs only). More packs a lane spilled in some
-instantiations (4 and 5) or took 120-128 registers (6 and 7); in the backward, which holds y and
-dy, 3 spilled and 2 fits no odd span tighter than the power-of-two groups do, so it has none."""
+"""Packs a lane of the fitted warp shapes (16-byte packs only). More packs a lane, masked like
+these, spilled in some instantiations (4 and 5) or took 120-128 registers (6 and 7); in the
+backward, which holds y and dy, 3 spilled and 2 fits no odd span tighter than the power-of-two
+groups do, so it has none."""
+
+FIT_WIDE = {"forward": ((4, 4), (4, 5), (8, 4), (8, 5), (16, 4), (16, 5)), "backward": ((8, 4),)}
+"""(group, packs a lane) of the wide fitted shapes: groups under a warp that leave the partial head
+and tail packs to their owner lanes, as full warps do, instead of masking every pack. They hold
+odd spans in fewer slots (a row of 577 half values, 74 packs: 16 lanes of five, 80 slots, where a
+full warp of three takes 96), and with more packs a lane and more rows a warp they issue fewer
+instructions a row where a row is short (197 columns: 8 lanes of four, four rows a warp, where a
+full warp of one pack a lane holds one). The backward, which holds y and dy, has 8 lanes of four
+(32 16-bit values a lane: MAX_COLS_PER_THREAD) for rows of 17-32 packs (127-255 columns)."""
+
+FIT_FAMILIES = ("masked", "wide")
+"""The two kinds of fitted shapes, each timed on first use where one holds the row tighter."""
+
+FIT_TIERS = {"masked": "warp_fit", "wide": "warp_wide"}
+"""The tier name that forces each family's tightest shape (plan's `tier=`)."""
 
 
-def fit_shapes(pack: int, direction: str) -> tuple[WarpShape, ...]:
-    """Warp shapes of groups under a warp holding several packs a lane, one row a group: with them a
-    row of 17 packs (127 half values starting mid-pack) fits 8 lanes of 3 packs, 24 slots, where
-    the power-of-two groups of one pack a lane give it a whole warp, 32 slots, 15 lanes idle."""
+def fit_shapes(pack: int, direction: str, family: str | None = None) -> tuple[WarpShape, ...]:
+    """Warp shapes of groups under a warp holding several packs a lane, one row a group, of one
+    family (FIT_FAMILIES) or both: with them a row of 17 packs (127 half values starting mid-pack)
+    fits 8 lanes of 3 packs, 24 slots, where the power-of-two groups of one pack a lane give it a
+    whole warp, 32 slots, 15 lanes idle."""
+    if family not in (None, *FIT_FAMILIES):
+        raise ValueError(f"family must be one of {FIT_FAMILIES}, got {family!r}")
     if pack == 1:  # 16-byte packs only, not the one-element fallback of misaligned tensors
         return ()
     limit = MAX_COLS_PER_THREAD[direction]
-    return tuple(WarpShape(pack, n, g, 1) for g in FIT_GROUPS for n in FIT_PACKS[direction] if n * pack <= limit)
+    shapes = [] if family == "wide" else [(g, n) for g in FIT_GROUPS for n in FIT_PACKS[direction]]
+    shapes += [] if family == "masked" else list(FIT_WIDE[direction])
+    return tuple(WarpShape(pack, n, g, 1) for g, n in shapes if n * pack <= limit)
 
 
 def _slots(shape: WarpShape) -> int:
     return shape.group * shape.packs_per_thread
 
 
-def fit_shape(cols: int, pack: int, direction: str, current: WarpShape | None = None) -> WarpShape | None:
+def fit_shape(cols: int, pack: int, direction: str, current: WarpShape | None = None,
+              family: str = "masked") -> WarpShape | None:
     """The fitted shape holding a row span of `cols` in the fewest lane slots (group x packs a lane),
-    the wider group on a tie, and in fewer than `current` has where given; None where none does."""
+    the wider group on a tie; where `current` is given, in fewer slots than it has, or, where the
+    row leaves some of its slots idle, in as many on a narrower group (more rows a warp, so more
+    loads in flight); None where none does."""
     packs = span_packs(cols, pack)
-    most = _slots(current) if current is not None else 10**9
-    fitting = [w for w in fit_shapes(pack, direction) if packs <= _slots(w) < most]
+
+    def tighter(w: WarpShape) -> bool:
+        if current is None:
+            return True
+        fewer = _slots(w) < _slots(current)
+        return fewer or (packs < _slots(current) == _slots(w) and w.group < current.group)
+
+    fitting = [w for w in fit_shapes(pack, direction, family) if packs <= _slots(w) and tighter(w)]
     if not fitting:
         return None
     return min(fitting, key=lambda w: (_slots(w), -w.group))
@@ -525,7 +555,7 @@ def takes_tile(row_bytes: int, thresholds: Thresholds) -> bool:
 
 def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
                        smem_blocks_per_sm: int | None = None, clusters: bool = False,
-                       fits_tighter: bool = False) -> tuple[str, ...]:
+                       fits_tighter: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Tiers to time against `choice` on first use, where measurements split either way and no rule
     of the row's bytes told the winners apart (H100, float16, % of copy, bwbench.bench):
 
@@ -535,12 +565,14 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
     - forward rows the cached block tier holds at one block an SM, where the GPU has clusters:
       the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87).
 
-    And "warp_fit", a fitted warp shape (fit_shape), where one holds the row in fewer lane slots
-    than the warp tier's shape (`fits_tighter`): it won at 127 and 129 columns (55 and 57 against
-    39) and lost at 31 and 33 (37 against 46-47).
+    And the fitted warp shapes (fit_shape) of each family in `fits_tighter` (those that hold the
+    row tighter than the warp tier's shape): "warp_fit", masked, won at 127 and 129 columns (55
+    and 57 against 39) and lost at 31 and 33 (37 against 46-47); "warp_wide" won at 300 and 577
+    (80 and 90 against 50 and 74) and, in the backward, at 129 and 197 (65 and 79 against the
+    tile tier's 58 and 74).
     """
     if choice.tier == "warp":
-        fitted = ("warp_fit",) if fits_tighter else ()
+        fitted = tuple(FIT_TIERS[family] for family in FIT_FAMILIES if family in fits_tighter)
         if direction == "backward" and dense and choice.pack > 1 and row_bytes % PACK_BYTES != 0:
             return ("tile", *fitted)
         return fitted

@@ -182,8 +182,9 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     one_block = None
     if first.tier == "smem":
         one_block = queries.blocks_per_sm(first.kernel_name, first.block, first.smem)
-    tighter = first.tier == "warp" and dispatch.fit_shape(
-        dispatch.span_cols(cols, pack, starts_aligned), pack, direction, first.choice.warp) is not None
+    span = dispatch.span_cols(cols, pack, starts_aligned)
+    tighter = tuple(family for family in dispatch.FIT_FAMILIES if first.tier == "warp" and dispatch.fit_shape(
+        span, pack, direction, first.choice.warp, family) is not None)
     alternatives = []
     for other in dispatch.timed_alternatives(first.choice, direction, dense=dense,
                                              row_bytes=cols * dispatch.ITEMSIZE[ctype],
@@ -350,13 +351,14 @@ def _forced_choice(op, direction, span, pack, th, tier, block, one_pass, occupan
                              f"columns in {pack}-element packs; got a row span of {span} (cols, plus up to a pack "
                              "where rows start mid-pack)")
         return dispatch.TierChoice("warp", warp=shape, pack=pack)
-    if tier == "warp_fit":
-        shape = dispatch.fit_shape(span, pack, direction)
+    fitted = {name: family for family, name in dispatch.FIT_TIERS.items()}
+    if tier in fitted:
+        shape = dispatch.fit_shape(span, pack, direction, family=fitted[tier])
         if shape is None:
-            packs = dispatch.FIT_PACKS[direction]
-            limit = (f"at most {max(dispatch.FIT_GROUPS)} lanes of {max(packs)} packs" if packs
-                     else f"the {direction} has none")
-            raise ValueError(f"no fitted warp shape holds a row span of {span} in {pack}-element packs ({limit})")
+            slots = [w.group * w.packs_per_thread for w in dispatch.fit_shapes(pack, direction, fitted[tier])]
+            limit = f"at most {max(slots)} lane slots" if slots else f"the {direction} has none"
+            raise ValueError(f"no fitted warp shape ({tier}) holds a row span of {span} in {pack}-element packs "
+                             f"({limit})")
         return dispatch.TierChoice("warp", warp=shape, pack=pack)
     if tier == "smem":
         table = occupancy()
@@ -377,4 +379,4 @@ def _forced_choice(op, direction, span, pack, th, tier, block, one_pass, occupan
     if tier == "uncached":
         return dispatch.TierChoice("uncached", one_pass=one_pass, pack=pack,
                                    block=dispatch.uncached_block_size(span, pack, th.uncached_packs_per_thread))
-    raise ValueError(f"tier must be warp, warp_fit, registers, smem or uncached for {op}, got {tier!r}")
+    raise ValueError(f"tier must be warp, warp_fit, warp_wide, registers, smem or uncached for {op}, got {tier!r}")
