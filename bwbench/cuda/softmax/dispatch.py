@@ -269,14 +269,15 @@ these, spilled in some instantiations (4 and 5) or took 120-128 registers (6 and
 backward, which holds y and dy, 3 spilled and 2 fits no odd span tighter than the power-of-two
 groups do, so it has none."""
 
-FIT_WIDE = {"forward": ((4, 4), (4, 5), (8, 4), (8, 5), (16, 4), (16, 5)), "backward": ((8, 4),)}
+FIT_WIDE = {"forward": ((4, 4), (4, 5), (8, 4), (8, 5), (16, 4), (16, 5)), "backward": ((8, 4), (16, 4))}
 """(group, packs a lane) of the wide fitted shapes: groups under a warp that leave the partial head
 and tail packs to their owner lanes, as full warps do, instead of masking every pack. They hold
 odd spans in fewer slots (a row of 577 half values, 74 packs: 16 lanes of five, 80 slots, where a
 full warp of three takes 96), and with more packs a lane and more rows a warp they issue fewer
 instructions a row where a row is short (197 columns: 8 lanes of four, four rows a warp, where a
-full warp of one pack a lane holds one). The backward, which holds y and dy, has 8 lanes of four
-(32 16-bit values a lane: MAX_COLS_PER_THREAD) for rows of 17-32 packs (127-255 columns)."""
+full warp of one pack a lane holds one). The backward, which holds y and dy, has 8 and 16 lanes of
+four (32 16-bit values a lane: MAX_COLS_PER_THREAD): rows of 17-32 packs (127-255 columns), and
+two rows a warp for rows of 33-64 packs that a full warp of two leaves partly idle (300 columns)."""
 
 FIT_FAMILIES = ("masked", "wide")
 """The two kinds of fitted shapes, each timed on first use where one holds the row tighter."""
