@@ -162,6 +162,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
         // x - m for its output and takes fast_exp(x - m) for the sum.
         bw::smx::RowExp<T> term[R];
         constexpr bool kSoftmax = Algo == bw::smx::kSoftmax;
+        auto sum_term = [&](int r, float v) {
+            return kSoftmax ? term[r](v) : bw::smx::fast_exp<T>(v - row_max[r]);
+        };
+        auto output = [&](int r, float v, float k) {
+            return kSoftmax ? term[r](v) * k : Forward<Algo, T>::apply(v, row_max[r], k);
+        };
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             row_max[r] = bw::warp_allreduce<bw::MaxOp, G>(row_max[r]);
@@ -175,9 +181,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                         float f[P];
                         bw::smx::unpack_words(raw[r][p], f);
 #pragma unroll
-                        for (int i = 0; i < P; ++i) {
-                            row_sum[r] += kSoftmax ? term[r](f[i]) : bw::smx::fast_exp<T>(f[i] - row_max[r]);
-                        }
+                        for (int i = 0; i < P; ++i) row_sum[r] += sum_term(r, f[i]);
                     }
                 }
             } else {
@@ -197,9 +201,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 float f[P];
                 bw::smx::unpack_words(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], k, bw::neg_inf()), f);
 #pragma unroll
-                for (int i = 0; i < P; ++i) {
-                    row_sum[r] += kSoftmax ? term[r](f[i]) : bw::smx::fast_exp<T>(f[i] - row_max[r]);
-                }
+                for (int i = 0; i < P; ++i) row_sum[r] += sum_term(r, f[i]);
             });
         }
 #pragma unroll
@@ -217,14 +219,12 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                     if constexpr (kRaw) {
                         bw::smx::unpack_words(raw[r][p], f);
 #pragma unroll
-                        for (int i = 0; i < P; ++i) {
-                            f[i] = kSoftmax ? term[r](f[i]) * k : Forward<Algo, T>::apply(f[i], row_max[r], k);
-                        }
+                        for (int i = 0; i < P; ++i) f[i] = output(r, f[i], k);
                     } else {
 #pragma unroll
                         for (int i = 0; i < P; ++i) {
                             const float v = buf[r][p * P + i];
-                            f[i] = Algo == bw::smx::kSoftmax ? v * k : v - k;
+                            f[i] = kSoftmax ? v * k : v - k;
                         }
                     }
                     if constexpr (kUniform) {
@@ -239,9 +239,7 @@ softmax_warp(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
                 float f[P];
                 bw::smx::unpack_words(kEdgeHeld ? edge[r] : bw::smx::load_partial<T, P>(xr, span[r], e, bw::neg_inf()), f);
 #pragma unroll
-                for (int i = 0; i < P; ++i) {
-                    f[i] = kSoftmax ? term[r](f[i]) * k : Forward<Algo, T>::apply(f[i], row_max[r], k);
-                }
+                for (int i = 0; i < P; ++i) f[i] = output(r, f[i], k);
                 bw::smx::store_partial<T, P>(yr, span[r], e, bw::smx::pack_from<T, P>(f));
             });
         }

@@ -167,9 +167,8 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
                         fn(**laid, out=out, **overrides)
                     continue
-            if overrides.get("tier") in d.FIT_TIERS.values():
-                family = {name: f for f, name in d.FIT_TIERS.items()}[overrides["tier"]]
-                if d.fit_shape(span, pack, direction, family=family) is None:
+            if overrides.get("tier") in d.FIT_FAMILY:
+                if d.fit_shape(span, pack, direction, family=d.FIT_FAMILY[overrides["tier"]]) is None:
                     with pytest.raises(ValueError, match="no fitted warp shape"):
                         fn(**laid, out=out, **overrides)
                     continue
@@ -205,7 +204,7 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
             _assert_close(result, reference, op, dtype, what)
             if tier != "auto" and op != "online_softmax" and layout != "offset-input-only":
                 forced = overrides["tier"]
-                assert which_tier(first, op, **overrides) == ("warp" if forced in d.FIT_TIERS.values() else forced), what
+                assert which_tier(first, op, **overrides) == ("warp" if forced in d.FIT_FAMILY else forced), what
 
 
 @pytest.mark.parametrize("cols", COLS)
@@ -672,7 +671,7 @@ def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols, tier):
     from bwbench.cuda.softmax.launch import row_layout
 
     direction = "backward" if "backward" in op else "forward"
-    family = {name: f for f, name in d.FIT_TIERS.items()}[tier]
+    family = d.FIT_FAMILY[tier]
     for rows in (1, 7, 130):
         inputs = _inputs(op, rows, cols, dtype, seed=rows * 31 + cols)
         reference = _reference(op, inputs)

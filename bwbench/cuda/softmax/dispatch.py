@@ -285,6 +285,9 @@ FIT_FAMILIES = ("masked", "wide")
 FIT_TIERS = {"masked": "warp_fit", "wide": "warp_wide"}
 """The tier name that forces each family's tightest shape (plan's `tier=`)."""
 
+FIT_FAMILY = {tier: family for family, tier in FIT_TIERS.items()}
+"""The family each of those tier names forces."""
+
 
 def fit_shapes(pack: int, direction: str, family: str | None = None) -> tuple[WarpShape, ...]:
     """Warp shapes of groups under a warp holding several packs a lane, one row a group, of one
@@ -296,8 +299,9 @@ def fit_shapes(pack: int, direction: str, family: str | None = None) -> tuple[Wa
     if pack == 1:  # 16-byte packs only, not the one-element fallback of misaligned tensors
         return ()
     limit = MAX_COLS_PER_THREAD[direction]
-    shapes = [] if family == "wide" else [(g, n) for g in FIT_GROUPS for n in FIT_PACKS[direction]]
-    shapes += [] if family == "masked" else list(FIT_WIDE[direction])
+    by_family = {"masked": [(g, n) for g in FIT_GROUPS for n in FIT_PACKS[direction]],
+                 "wide": list(FIT_WIDE[direction])}
+    shapes = [shape for f in ((family,) if family else FIT_FAMILIES) for shape in by_family[f]]
     return tuple(WarpShape(pack, n, g, 1) for g, n in shapes if n * pack <= limit)
 
 

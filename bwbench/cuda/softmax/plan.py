@@ -182,9 +182,11 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     one_block = None
     if first.tier == "smem":
         one_block = queries.blocks_per_sm(first.kernel_name, first.block, first.smem)
-    span = dispatch.span_cols(cols, pack, starts_aligned)
-    tighter = tuple(family for family in dispatch.FIT_FAMILIES if first.tier == "warp" and dispatch.fit_shape(
-        span, pack, direction, first.choice.warp, family) is not None)
+    tighter: tuple[str, ...] = ()
+    if first.tier == "warp":
+        span = dispatch.span_cols(cols, pack, starts_aligned)
+        tighter = tuple(family for family in dispatch.FIT_FAMILIES
+                        if dispatch.fit_shape(span, pack, direction, first.choice.warp, family) is not None)
     alternatives = []
     for other in dispatch.timed_alternatives(first.choice, direction, dense=dense,
                                              row_bytes=cols * dispatch.ITEMSIZE[ctype],
@@ -351,11 +353,11 @@ def _forced_choice(op, direction, span, pack, th, tier, block, one_pass, occupan
                              f"columns in {pack}-element packs; got a row span of {span} (cols, plus up to a pack "
                              "where rows start mid-pack)")
         return dispatch.TierChoice("warp", warp=shape, pack=pack)
-    fitted = {name: family for family, name in dispatch.FIT_TIERS.items()}
-    if tier in fitted:
-        shape = dispatch.fit_shape(span, pack, direction, family=fitted[tier])
+    if tier in dispatch.FIT_FAMILY:
+        family = dispatch.FIT_FAMILY[tier]
+        shape = dispatch.fit_shape(span, pack, direction, family=family)
         if shape is None:
-            slots = [w.group * w.packs_per_thread for w in dispatch.fit_shapes(pack, direction, fitted[tier])]
+            slots = [w.group * w.packs_per_thread for w in dispatch.fit_shapes(pack, direction, family)]
             limit = f"at most {max(slots)} lane slots" if slots else f"the {direction} has none"
             raise ValueError(f"no fitted warp shape ({tier}) holds a row span of {span} in {pack}-element packs "
                              f"({limit})")
