@@ -27,6 +27,7 @@
 // block kernels any multiple of 32 up to 1024, with one span's packs (twice that for the
 // backward) of dynamic shared memory when Cached.
 
+#include "cluster_mailbox.cuh"
 #include "row_tile.cuh"
 #include "softmax.cuh"
 
@@ -844,14 +845,14 @@ softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 // cache leaves the shared-memory tier at most one block an SM, or does not fit at all. Block r
 // of a cluster caches packs [r S, r S + S) of the row's span (S = ceil(packs / C)) in its shared
 // memory, loaded with cp.async (every load of the slice in flight at once, no registers held);
-// the blocks merge their (m, d), or the backward's sum, through distributed shared memory, then
-// each writes its slice from its cache. The row crosses DRAM once each way, as in the
-// shared-memory tier, but a block holds 1/C of it: several blocks share an SM, so one row's
-// reduction overlaps the next rows' loads instead of leaving the SM idle.
+// each block posts its (m, d), or the backward's sum, into every peer's mailbox in distributed
+// shared memory and waits for its own (cluster_mailbox.cuh), then writes its slice from its
+// cache. The row crosses DRAM once each way, as in the shared-memory tier, but a block holds 1/C
+// of it: several blocks share an SM, so one row's reduction overlaps the next rows' loads instead
+// of leaving the SM idle. No barrier over the cluster stands between rows or before a block
+// leaves, so a block's share of the SM goes to the next cluster as soon as its stores are issued.
 // Cache entry i of a slice is always thread i % blockDim's, in every pass and every row, so the
-// only barriers are the reductions' and one cluster barrier a row. Each block publishes its part
-// of a row in one of two slots, alternating by row: a block rewrites a slot only after the next
-// row's cluster barrier, which every peer passes only after reading that slot.
+// only block barriers are the reductions'.
 // The partial head and tail packs are cached like the others, with the neutral value outside the
 // row (-inf for x, 0 for y and dy), and stored element by element.
 // Built empty below sm_90, where the plan never chooses it (DeviceQueries.clusters).
@@ -868,26 +869,6 @@ constexpr int kPortableCluster = 8;
 
 namespace bw {
 namespace smx {
-
-// Barrier over every thread of the cluster; release/acquire orders shared-memory writes before
-// it against peers' reads after it.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
-// The address of `local` (a shared variable) in the shared memory of block `rank` of the cluster.
-template <typename V>
-__device__ __forceinline__ const V* in_block(const V* local, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned long long out;
-    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<unsigned long long>(local)), "r"(rank));
-    return reinterpret_cast<const V*>(out);
-#else
-    return local;
-#endif
-}
 
 // Pack k of the span into shared memory at `slot`: whole 16-byte packs by cp.async (completed by
 // bw::tile::wait_copies), partial ones (and all packs of P = 1) through registers with `fill`
@@ -922,18 +903,21 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
     typedef Pack<T, P> PackT;
     extern __shared__ __align__(16) unsigned char softmax_smem[];
     PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
-    __shared__ MD parts[2];
+    __shared__ bw::cluster::Mailbox<float2, C> box;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     const int rank = static_cast<int>(blockIdx.x % C);
-    int turn = 0;
-    for (i64 row = blockIdx.x / C; row < rows; row += gridDim.x / C, turn ^= 1) {
+    bw::cluster::open(box);
+    bool peers_ready = false;
+    int round = 0;
+    for (i64 row = blockIdx.x / C; row < rows; row += gridDim.x / C, ++round) {
         const T* xr = bw::smx::row_at(x, row, x_stride);
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(xr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
 #pragma unroll 4
         for (int k = lo + tid; k < hi; k += bs) bw::smx::copy_pack<T, P>(&cache[k - lo], xr, span, k, bw::neg_inf());
+        if (tid == 0) bw::cluster::expect(box, round);
         bw::tile::wait_copies();
         MD md = bw::smx::md_identity();
         for (int k = lo + tid; k < hi; k += bs) {
@@ -942,11 +926,15 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
             md = bw::smx::md_add<T, P>(md, f);
         }
         md = bw::smx::block_allreduce_md<T>(md);
-        if (tid == 0) parts[turn] = md;
-        bw::smx::cluster_sync();
+        if (!peers_ready) {
+            bw::cluster::wait_peers_ready();
+            peers_ready = true;
+        }
+        if (tid < C) bw::cluster::post(box, round, rank, tid, make_float2(md.m, md.d));
+        const float2* parts = bw::cluster::wait(box, round);
         MD total = bw::smx::md_identity();
 #pragma unroll
-        for (int r = 0; r < C; ++r) total = bw::smx::md_merge<T>(total, *bw::smx::in_block(&parts[turn], r));
+        for (int r = 0; r < C; ++r) total = bw::smx::md_merge<T>(total, MD{parts[r].x, parts[r].y});
         const float k_row = Forward<Algo, T>::finish(total.d);
         T* yr = bw::smx::row_at(y, row, y_stride);
         for (int k = lo + tid; k < hi; k += bs) {
@@ -957,7 +945,7 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
             bw::smx::store_any<T, P>(yr, span, k, bw::smx::pack_from<T, P>(f));
         }
     }
-    bw::smx::cluster_sync();  // no block leaves while a peer may still read its parts
+    if (!peers_ready) bw::cluster::wait_peers_ready();
 #endif
 }
 
@@ -972,7 +960,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
     PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
     PackT* cache_dy = cache_y + smem_bytes / (2 * sizeof(PackT));
-    __shared__ float parts[2];
+    __shared__ bw::cluster::Mailbox<float, C> box;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     const int rank = static_cast<int>(blockIdx.x % C);
@@ -980,7 +968,9 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     // (the host's plan), and load each row's slices while they store the row before; the others
     // take a row each and load it on their own.
     constexpr bool kStride = C > kPortableCluster;
-    int turn = 0;
+    bw::cluster::open(box);
+    bool peers_ready = false;
+    int round = 0;
     const i64 step = gridDim.x / C;
     i64 row = blockIdx.x / C;
     auto load = [&](i64 r) {  // this block's slices of row r
@@ -996,13 +986,14 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
         }
     };
     if (kStride && row < rows) load(row);
-    for (; row < rows; row += step, turn ^= 1) {
+    for (; row < rows; row += step, ++round) {
         const T* yr = bw::smx::row_at(y, row, y_stride);
         const T* dyr = bw::smx::row_at(dy, row, dy_stride);
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
         if (!kStride) load(row);
+        if (tid == 0) bw::cluster::expect(box, round);
         bw::tile::wait_copies();
         float thread_sum = 0.0f;
         for (int k = lo + tid; k < hi; k += bs) {
@@ -1013,11 +1004,15 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
         }
         const float block_sum = bw::block_allreduce<bw::SumOp>(thread_sum);
-        if (tid == 0) parts[turn] = block_sum;
-        bw::smx::cluster_sync();
+        if (!peers_ready) {
+            bw::cluster::wait_peers_ready();
+            peers_ready = true;
+        }
+        if (tid < C) bw::cluster::post(box, round, rank, tid, block_sum);
+        const float* parts = bw::cluster::wait(box, round);
         float total = 0.0f;
 #pragma unroll
-        for (int r = 0; r < C; ++r) total += *bw::smx::in_block(&parts[turn], r);
+        for (int r = 0; r < C; ++r) total += parts[r];
         T* dxr = bw::smx::row_at(dx, row, dx_stride);
         if constexpr (kStride) {
             // The next row's slices, entry by entry as this row's store frees them: entry e is
@@ -1057,7 +1052,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             }
         }
     }
-    bw::smx::cluster_sync();  // no block leaves while a peer may still read its parts
+    if (!peers_ready) bw::cluster::wait_peers_ready();
 #endif
 }
 

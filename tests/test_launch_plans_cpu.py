@@ -169,18 +169,25 @@ def test_no_kernel_has_a_build_switch():
                 assert "__CUDA_ARCH__" in line, f"{path.name}: {line.strip()}"
 
 
-def test_cluster_shape_takes_the_smallest_cluster_that_leaves_two_blocks_an_sm():
-    from bwbench.cuda.softmax.dispatch import cluster_shape
+def test_cluster_shape_splits_forward_rows_into_eighths_and_backward_rows_as_little_as_fits_twice():
+    from bwbench.cuda.softmax.dispatch import CLUSTER_MIN_SLICE_BYTES, cluster_shape
 
     limit = 227 * 1024
-    # float16 rows of 262144: 512 KiB; halves of 256 KiB do not fit, quarters fit once, eighths twice.
+    # float16 rows of 262144: 512 KiB; eighths of 64 KiB leave room for two blocks an SM.
     assert cluster_shape(262144, 8, 2, "forward", limit) == (8, 512, 64 * 1024)
-    # 100003 columns (200 KiB): a pair of 100 KiB slices leaves room for two blocks an SM.
-    size, threads, smem = cluster_shape(100003, 8, 2, "forward", limit)
-    assert (size, smem) == (2, 6251 * 16) and threads == 1024
-    # The backward caches y and dy: twice the bytes a slice.
+    # The forward splits rows that quarters or halves would leave two blocks an SM into eighths
+    # too: 100003 columns (200 KiB) in slices of 25 KiB, 128256 (250 KiB) in 32 KiB.
+    assert cluster_shape(100003, 8, 2, "forward", limit) == (8, 256, 1563 * 16)
+    assert cluster_shape(128256, 8, 2, "forward", limit)[:2] == (8, 256)
+    # ...but no further than slices of CLUSTER_MIN_SLICE_BYTES: rows of 58000 halves take quarters.
+    size, _, smem = cluster_shape(58000, 8, 2, "forward", limit)
+    assert size == 4 and smem >= CLUSTER_MIN_SLICE_BYTES
+    # The backward caches y and dy, twice the bytes a slice, and takes the smallest cluster whose
+    # slices leave two blocks an SM: quarters of a float16 row of 65536.
     assert cluster_shape(65536, 8, 2, "backward", limit)[0] == 4
+    assert cluster_shape(100003, 8, 2, "backward", limit)[0] == 4
     assert cluster_shape(1 << 21, 8, 2, "forward", limit) is None, "eighths of 4 MiB do not fit"
+    # Slices below the floor at every size: the smallest cluster that leaves two blocks an SM.
     assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4), "one element a pack"
 
 

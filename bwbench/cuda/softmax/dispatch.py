@@ -97,6 +97,9 @@ PORTABLE_CLUSTER = PORTABLE_CLUSTER_BLOCKS
 """The largest cluster every GPU with clusters launches."""
 CLUSTER_PACKS_PER_THREAD = 8
 """The cluster tier's block size gives each thread about this many packs of its slice."""
+CLUSTER_MIN_SLICE_BYTES = 16 * 1024
+"""The forward's cluster tier splits a row into no more slices than keep this many bytes each
+(blocks of 128 threads and more at CLUSTER_PACKS_PER_THREAD 16-byte packs): see cluster_shape."""
 DIRECTIONS = ("forward", "backward")
 
 REGISTER_SHAPES = ((4, 128), (4, 256), (4, 512), (4, 1024), (8, 1024))
@@ -406,19 +409,30 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
                   min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1]) -> tuple[int, int, int] | None:
     """(blocks per row, threads, dynamic shared memory) of the cluster tier for a row span of
     `cols`, or None where even the largest cluster (of at most `largest` blocks) leaves fewer than
-    `min_blocks_per_sm` blocks an SM within `smem_limit`: the smallest cluster whose slice leaves
-    room for two blocks an SM, else the smallest whose slice fits. Forward clusters of sixteen only
-    where their slices leave two blocks an SM. The backward's sixteen stride over the rows and load
-    the next row while they store (cluster_strides), which carries them at one block an SM too:
-    float32 rows of 262144 on an H100 at 72% of copy, where re-reading the row through L2 gave 59%
-    (and a cluster a row, before the striding, 55%)."""
+    `min_blocks_per_sm` blocks an SM within `smem_limit`.
+
+    The backward takes the smallest cluster whose slice leaves room for two blocks an SM, else the
+    smallest whose slice fits; its sixteen stride over the rows and load the next row while they
+    store (cluster_strides), which carries them at one block an SM too (float32 rows of 262144 on
+    an H100: 82% of copy, where re-reading the row through L2 gave 59%).
+    The forward takes the largest portable cluster whose slices leave two blocks an SM and hold
+    at least CLUSTER_MIN_SLICE_BYTES (the smallest leaving two where every slice is smaller), and
+    sixteen only where no portable size leaves two: with the mailbox exchange, smaller slices on
+    more blocks beat fewer larger ones (H100, float16: 4096 rows of 128256 columns, eighths of
+    32 KiB against quarters of 64 KiB; 1024 rows of 100003, eighths against halves), until a slice
+    is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths)."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
                and (c <= PORTABLE_CLUSTER or cluster_strides(c, direction) or slice_bytes[c] <= smem_limit // 2)]
     if not fitting:
         return None
-    size = next((c for c in fitting if slice_bytes[c] <= smem_limit // 2), fitting[0])
+    two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
+    size = two_an_sm[0] if two_an_sm else fitting[0]
+    if direction == "forward":
+        portable = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
+        sized = [c for c in portable if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
+        size = sized[-1] if sized else portable[0] if portable else size
     slice_packs = -(-span_packs(cols, pack) // size)
     return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), slice_bytes[size]
 
@@ -429,7 +443,8 @@ def cluster_strides(size: int, direction: str) -> bool:
     kStride), rather than a cluster a row: the backward's clusters of sixteen. A non-portable
     cluster is slow to find room for at every row; on an H100 striding took the float16 backward
     at 262144 columns from 83% of copy to 86% and at 256000 from 83% to 86%, but lost 1.6 points
-    in backward clusters of eight (128256 columns) and 2-11 points in the forward."""
+    in backward clusters of eight (128256 columns) and 2-11 points in the forward (8-10 with the
+    mailbox exchange)."""
     return direction == "backward" and size > PORTABLE_CLUSTER
 
 

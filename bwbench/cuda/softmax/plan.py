@@ -63,6 +63,8 @@ DEFAULT_THRESHOLDS = {
     #   Clusters of 16, where the GPU holds them and their slices leave two blocks an SM: float32
     #   forward 262144 64% -> 76%, float16 backward 262144 66% -> 82%, vocabulary 256000 69% ->
     #   82%; at one block an SM (float32 backward 262144) 55% against the uncached tier's 59%.
+    #   Since the blocks exchange their parts through mailboxes (no cluster barrier a row): float32
+    #   forward 262144 76% -> 86%, 100003 82% -> 92% (eighths), float16 backward 262144 86% -> 90%.
     #   tile tier (H100, float16, 49152 rows): backward rows of odd byte counts past the warp tier,
     #   1023 and 1025 columns, 93% of copy against 78-79% for the shared-memory tier; at 2047
     #   (4 KiB rows) the shared-memory tier won (100% vs 95%). Rows the warp tier holds stay there
