@@ -232,6 +232,31 @@ def test_a_forced_cluster_tier_needs_clusters():
         plan("softmax", 7, 33, "half_t", 8, FakeDevice(clusters=False), tier="cluster")
 
 
+def test_a_forced_cluster_size_splits_the_row_so_and_refuses_what_cannot_run():
+    from bwbench.cuda.softmax import dispatch
+    from bwbench.cuda.softmax.plan import plan
+
+    device = FakeDevice(clusters=True)
+    for size in dispatch.CLUSTER_SIZES:
+        forced = plan("softmax", 4096, 128256, "half_t", 8, device, cluster=size)
+        assert forced.tier == "cluster" and forced.choice.cluster == size and forced.grid == 4096 * size
+        assert forced.smem == dispatch.cluster_smem_bytes(128256, 8, 2, "forward", size)
+        assert forced.alternatives == (), "a forced size is timed as it is"
+    assert plan("softmax", 4096, 128256, "half_t", 8, device, tier="cluster", cluster=4).choice.cluster == 4
+    backward = plan("softmax_backward", 1024, 262144, "float", 4, device, cluster=16)
+    assert backward.choice.cluster == 16 and backward.grid < 1024 * 16, "the backward's sixteen still stride"
+    with pytest.raises(ValueError, match="cluster must be one of"):
+        plan("softmax", 4096, 128256, "half_t", 8, device, cluster=3)
+    with pytest.raises(ValueError, match="cannot go with tier='smem'"):
+        plan("softmax", 4096, 128256, "half_t", 8, device, tier="smem", cluster=8)
+    with pytest.raises(ValueError, match="exceeds"):  # halves of a float32 row of 262144: 512 KiB each
+        plan("softmax", 1024, 262144, "float", 4, device, cluster=2)
+    with pytest.raises(ValueError, match="holds no cluster of 16"):
+        plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True, large_clusters=False), cluster=16)
+    with pytest.raises(ValueError, match="clusters"):
+        plan("softmax", 4096, 128256, "half_t", 8, FakeDevice(clusters=False), cluster=8)
+
+
 def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     from bwbench.cuda.softmax.plan import plan
 

@@ -297,6 +297,34 @@ def _holds_sixteen(op: str, dtype: torch.dtype) -> bool:
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("size", [2, 4, 8, 16])
+@pytest.mark.parametrize("cols", [33, 4097, 100003])
+def test_forced_cluster_sizes(op, size, cols):
+    """cluster= splits the row over that many blocks, down to slices with no pack at all (33
+    columns in sixteen), odd widths and rows that start mid-pack included, every element right
+    with poisoned outputs; a size this GPU cannot hold is refused, not run."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.softmax.launch import row_layout
+
+    dtype = torch.float16
+    for rows, layout in ((7, "contiguous"), (7, "offset")):
+        inputs = _inputs(op, rows, cols, dtype, seed=cols + size)
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        out = _poisoned_out(rows, cols, dtype, layout)
+        pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
+        try:
+            plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense,
+                                 cluster=size)
+        except ValueError as err:
+            assert "no cluster" in str(err) or "clusters" in str(err), err
+            pytest.skip(f"this GPU cannot run clusters of {size}: {err}")
+        assert plan.tier == "cluster" and plan.choice.cluster == size
+        result = _function(op)(**laid, out=out, cluster=size)
+        assert result is out
+        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} ({rows}, {cols}) in {size} {layout}")
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
 @pytest.mark.parametrize("dtype,cols", [(torch.float32, 262144), (torch.float32, 262147), (torch.float16, 262144),
                                         (torch.bfloat16, 300007), (torch.float32, 400009)])
 def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):

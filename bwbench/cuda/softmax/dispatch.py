@@ -433,8 +433,15 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
         portable = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
         sized = [c for c in portable if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
         size = sized[-1] if sized else portable[0] if portable else size
+    return cluster_shape_of(size, cols, pack, itemsize, direction)
+
+
+def cluster_shape_of(size: int, cols: int, pack: int, itemsize: int, direction: str) -> tuple[int, int, int]:
+    """(size, threads, dynamic shared memory) of the cluster tier splitting a row span of `cols`
+    over `size` blocks: the block gives each thread about CLUSTER_PACKS_PER_THREAD packs."""
     slice_packs = -(-span_packs(cols, pack) // size)
-    return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), slice_bytes[size]
+    return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), \
+        cluster_smem_bytes(cols, pack, itemsize, direction, size)
 
 
 def cluster_strides(size: int, direction: str) -> bool:
