@@ -896,17 +896,22 @@ __device__ __forceinline__ void cluster_slice(int packs, int rank, int& lo, int&
 }  // namespace smx
 }  // namespace bw
 
-template <typename T, int Algo, int P, int C>
+// R > 0: each thread keeps the first R of its entries in registers (entry t + j blockDim in
+// held[j]) and only the rest in shared memory, so a slice whose cache alone would leave one block
+// an SM leaves two (dispatch.CLUSTER_REGISTER_PACKS).
+template <typename T, int Algo, int P, int C, int R>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
 softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows, int cols) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     typedef Pack<T, P> PackT;
     extern __shared__ __align__(16) unsigned char softmax_smem[];
-    PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
+    PackT* cache = reinterpret_cast<PackT*>(softmax_smem);  // entry e >= R blockDim at cache[e - R blockDim]
     __shared__ bw::cluster::Mailbox<float2, C> box;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     const int rank = static_cast<int>(blockIdx.x % C);
+    const int cached_from = R * bs;
+    PackT held[R > 0 ? R : 1];
     bw::cluster::open(box);
     bool peers_ready = false;
     int round = 0;
@@ -915,14 +920,28 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(xr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+        const int entries = hi - lo;
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int e = tid + j * bs;
+            held[j] = e < entries ? bw::smx::load_masked<T, P>(xr, span, lo + e, bw::neg_inf())
+                                  : bw::smx::pack_fill<T, P>(bw::neg_inf());
+        }
 #pragma unroll 4
-        for (int k = lo + tid; k < hi; k += bs) bw::smx::copy_pack<T, P>(&cache[k - lo], xr, span, k, bw::neg_inf());
+        for (int e = cached_from + tid; e < entries; e += bs)
+            bw::smx::copy_pack<T, P>(&cache[e - cached_from], xr, span, lo + e, bw::neg_inf());
         if (tid == 0) bw::cluster::expect(box, round);
-        bw::tile::wait_copies();
         MD md = bw::smx::md_identity();
-        for (int k = lo + tid; k < hi; k += bs) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
             float f[P];
-            bw::smx::unpack(cache[k - lo], f);
+            bw::smx::unpack(held[j], f);
+            md = bw::smx::md_add<T, P>(md, f);
+        }
+        bw::tile::wait_copies();
+        for (int e = cached_from + tid; e < entries; e += bs) {
+            float f[P];
+            bw::smx::unpack(cache[e - cached_from], f);
             md = bw::smx::md_add<T, P>(md, f);
         }
         md = bw::smx::block_allreduce_md<T>(md);
@@ -937,13 +956,19 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         for (int r = 0; r < C; ++r) total = bw::smx::md_merge<T>(total, MD{parts[r].x, parts[r].y});
         const float k_row = Forward<Algo, T>::finish(total.d);
         T* yr = bw::smx::row_at(y, row, y_stride);
-        for (int k = lo + tid; k < hi; k += bs) {
+        auto store = [&](int e, const PackT& v) {
             float f[P];
-            bw::smx::unpack(cache[k - lo], f);
+            bw::smx::unpack(v, f);
 #pragma unroll
             for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], total.m, k_row);
-            bw::smx::store_any<T, P>(yr, span, k, bw::smx::pack_from<T, P>(f));
+            bw::smx::store_any<T, P>(yr, span, lo + e, bw::smx::pack_from<T, P>(f));
+        };
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int e = tid + j * bs;
+            if (e < entries) store(e, held[j]);
         }
+        for (int e = cached_from + tid; e < entries; e += bs) store(e, cache[e - cached_from]);
     }
     if (!peers_ready) bw::cluster::wait_peers_ready();
 #endif

@@ -174,13 +174,13 @@ def test_cluster_shape_splits_forward_rows_into_eighths_and_backward_rows_as_lit
 
     limit = 227 * 1024
     # float16 rows of 262144: 512 KiB; eighths of 64 KiB leave room for two blocks an SM.
-    assert cluster_shape(262144, 8, 2, "forward", limit) == (8, 512, 64 * 1024)
+    assert cluster_shape(262144, 8, 2, "forward", limit) == (8, 512, 64 * 1024, 0)
     # The forward splits rows that quarters or halves would leave two blocks an SM into eighths
     # too: 100003 columns (200 KiB) in slices of 25 KiB, 128256 (250 KiB) in 32 KiB.
-    assert cluster_shape(100003, 8, 2, "forward", limit) == (8, 256, 1563 * 16)
+    assert cluster_shape(100003, 8, 2, "forward", limit) == (8, 256, 1563 * 16, 0)
     assert cluster_shape(128256, 8, 2, "forward", limit)[:2] == (8, 256)
     # ...but no further than slices of CLUSTER_MIN_SLICE_BYTES: rows of 58000 halves take quarters.
-    size, _, smem = cluster_shape(58000, 8, 2, "forward", limit)
+    size, _, smem, _ = cluster_shape(58000, 8, 2, "forward", limit)
     assert size == 4 and smem >= CLUSTER_MIN_SLICE_BYTES
     # The backward caches y and dy, twice the bytes a slice, and takes the smallest cluster whose
     # slices leave two blocks an SM: quarters of a float16 row of 65536.
@@ -188,7 +188,7 @@ def test_cluster_shape_splits_forward_rows_into_eighths_and_backward_rows_as_lit
     assert cluster_shape(100003, 8, 2, "backward", limit)[0] == 4
     assert cluster_shape(1 << 21, 8, 2, "forward", limit) is None, "eighths of 4 MiB do not fit"
     # Slices below the floor at every size: the smallest cluster that leaves two blocks an SM.
-    assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4), "one element a pack"
+    assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4, 0), "one element a pack"
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
@@ -260,16 +260,24 @@ def test_a_forced_cluster_size_splits_the_row_so_and_refuses_what_cannot_run():
 def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     from bwbench.cuda.softmax.plan import plan
 
-    # float32 rows of 262144 (1 MiB): eighths of 128 KiB leave one block an SM, sixteenths of
-    # 64 KiB three, where the GPU launches clusters of 16
-    sixteen = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True))
-    assert sixteen.tier == "cluster" and sixteen.choice.cluster == 16 and sixteen.smem == 64 * 1024
+    # float32 rows of 262144 (1 MiB): eighths of 128 KiB cached leave one block an SM; with 8 of
+    # each thread's 16 packs in registers (512 threads: 64 KiB) and 64 KiB cached they leave two
+    split = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True))
+    assert split.tier == "cluster" and split.choice.cluster == 8 and split.choice.cluster_regs == 8
+    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 1024 * 8
+    assert split.launch.kernel == "softmax_cluster<float, 0, 4, 8, 8>"
+    # where a row is too long for that (float32 rows of 400009: eighths of 195 KiB), sixteenths of
+    # 98 KiB, where the GPU launches clusters of 16
+    sixteen = plan("softmax", 1024, 400009, "float", 4, FakeDevice(clusters=True))
+    assert sixteen.tier == "cluster" and sixteen.choice.cluster == 16 and sixteen.choice.cluster_regs == 0
     assert sixteen.grid == 1024 * 16
     portable = FakeDevice(clusters=True, large_clusters=False)
-    assert plan("softmax", 1024, 262144, "float", 4, portable).tier == "uncached"
+    assert plan("softmax", 1024, 400009, "float", 4, portable).tier == "uncached"
     assert any(q[0] == "clusters" and q[2] == 16 for q in portable.asked), "16 is asked about before it is used"
-    forced = plan("softmax", 1024, 262144, "float", 4, portable, tier="cluster")
-    assert forced.choice.cluster == 8 and forced.smem == 128 * 1024
+    forced = plan("softmax", 1024, 262144, "float", 4, portable, cluster=8)
+    assert forced.choice.cluster == 8 and forced.choice.cluster_regs == 0 and forced.smem == 128 * 1024
+    with pytest.raises(ValueError, match="runs 512 threads"):
+        plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True), block=1024)
     # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
@@ -280,11 +288,14 @@ def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     assert strided.grid < 1024 * 16 and strided.grid % 16 == 0
     assert plan("softmax", 1024, 262144 * 2, "float", 4, FakeDevice(clusters=True)).tier == "uncached", \
         "forward sixteenths of one block an SM"
-    # a slice of 4097 packs (rows of 262147 starting mid-pack) would want 1024 threads, two blocks
-    # an SM; 512 keep the three its shared memory allows
+    # rows of 262147 starting mid-pack: eighths of 8193 packs, 4096 of them in registers
     odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False)
+    assert odd.choice.cluster == 8 and odd.choice.cluster_regs == 8 and odd.smem == 4097 * 16
+    # sixteenths of 4097 packs would want 1024 threads, two blocks an SM; 512 keep the three their
+    # shared memory allows
+    odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False, cluster=16)
     assert odd.choice.cluster == 16 and odd.block == 512
-    assert plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False,
+    assert plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False, cluster=16,
                 block=1024).block == 1024, "a forced block stays"
     # a row whose eighths leave two blocks an SM keeps the portable size, and nothing asks about 16
     half = FakeDevice(clusters=True)

@@ -237,7 +237,7 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         partial = cached < smem_needed
         smem_needed = cached
 
-    def cluster_tier() -> tuple[int, int, int] | None:
+    def cluster_tier() -> dispatch.ClusterShape | None:
         if not queries.clusters or key == "online":
             return None
         limit = queries.smem_limit(smem_kernel())
@@ -245,28 +245,26 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
             return forced_cluster(limit)
         min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
         shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks)
-        if shape is not None and shape[0] > dispatch.PORTABLE_CLUSTER:
+        if shape is not None and shape.size > dispatch.PORTABLE_CLUSTER:
             # A non-portable size: only where this GPU can hold such a cluster at all.
-            name = dispatch.kernel_name(ctype, algorithm, direction,
-                                        dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0]))
+            name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
             queries.smem_limit(name)  # its shared memory raised first: the query counts it
-            if queries.active_clusters(name, shape[0], shape[1], shape[2]) < 1:
+            if queries.active_clusters(name, shape.size, shape.threads, shape.smem) < 1:
                 shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
                                                largest=dispatch.PORTABLE_CLUSTER)
         return shape
 
-    def forced_cluster(limit: int) -> tuple[int, int, int]:
+    def forced_cluster(limit: int) -> dispatch.ClusterShape:
         shape = dispatch.cluster_shape_of(cluster, span, pack, itemsize, direction)
-        if shape[2] > limit:
-            raise ValueError(f"a slice of {shape[2]} bytes (the row span of {span} in {cluster}) exceeds the "
+        if shape.smem > limit:
+            raise ValueError(f"a slice of {shape.smem} bytes (the row span of {span} in {cluster}) exceeds the "
                              f"{limit} bytes of shared memory a block may take here")
         if cluster > dispatch.PORTABLE_CLUSTER:
-            name = dispatch.kernel_name(ctype, algorithm, direction,
-                                        dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=cluster))
+            name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
             queries.smem_limit(name)
-            if queries.active_clusters(name, cluster, shape[1], shape[2]) < 1:
-                raise ValueError(f"this GPU holds no cluster of {cluster} blocks of {shape[1]} threads and "
-                                 f"{shape[2]} bytes of shared memory")
+            if queries.active_clusters(name, cluster, shape.threads, shape.smem) < 1:
+                raise ValueError(f"this GPU holds no cluster of {cluster} blocks of {shape.threads} threads and "
+                                 f"{shape.smem} bytes of shared memory")
         return shape
 
     def tile() -> dispatch.TileShape | None:
@@ -293,7 +291,7 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         if shape is None:
             raise ValueError("the cluster tier needs a GPU that launches thread-block clusters (compute capability "
                              f"9.0 or later) and slices of the row span of {span} that fit its shared memory")
-        choice = dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0])
+        choice = shape.choice(pack)
     elif tier == "tile":
         shape = tile()
         if shape is None:
@@ -327,8 +325,13 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
     if choice.tier == "cluster":
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
+        if choice.cluster_regs:  # the packs its threads hold are not cached
+            if block is not None and block != dispatch.CLUSTER_REGISTER_BLOCK:
+                raise ValueError(f"a cluster block holding packs in registers runs {dispatch.CLUSTER_REGISTER_BLOCK} "
+                                 f"threads; got block={block}")
+            smem -= choice.cluster_regs * choice.block * pack * itemsize
         queries.smem_limit(name)
-        if block is None:
+        if block is None and not choice.cluster_regs:
             resident = {b: queries.blocks_per_sm(name, b, smem) for b in dispatch.BLOCK_SIZES if b <= choice.block}
             choice = replace(choice, block=dispatch.cluster_block_size(choice.block, resident))
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
