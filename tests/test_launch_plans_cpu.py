@@ -257,7 +257,8 @@ def test_a_forced_cluster_size_splits_the_row_so_and_refuses_what_cannot_run():
         plan("softmax", 4096, 128256, "half_t", 8, FakeDevice(clusters=False), cluster=8)
 
 
-def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
+def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
+    from bwbench.cuda.softmax import dispatch
     from bwbench.cuda.softmax.plan import plan
 
     # float32 rows of 262144 (1 MiB): eighths of 128 KiB cached leave one block an SM; with 8 of
@@ -281,11 +282,20 @@ def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
-    # and where sixteenths leave one block an SM (float32 y and dy of 1 MiB each): the backward's
+    # where sixteenths leave one block an SM (float32 y and dy of 1 MiB each) but two with 4 of
+    # each thread's 8 packs of y and of dy in registers (512 threads: 64 KiB), a row a cluster
+    split = plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True))
+    assert split.tier == "cluster" and split.choice.cluster == 16 and split.choice.cluster_regs == 4
+    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 1024 * 16
+    assert split.launch.kernel == "softmax_grad_cluster<float, 0, 4, 16, 4>"
+    assert split.launch.kernel in dispatch.kernel_names("float", "backward")
+    # and where even that leaves one (float32 rows of 400009: 195 KiB sixteenths), the backward's
     # sixteen stride over the rows, loading the next while they store
-    strided = plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True))
-    assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.smem == 128 * 1024
+    strided = plan("softmax_backward", 1024, 400009, "float", 4, FakeDevice(clusters=True))
+    assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.choice.cluster_regs == 0
     assert strided.grid < 1024 * 16 and strided.grid % 16 == 0
+    assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster_regs == 0, \
+        "16-bit packs stay cached"
     assert plan("softmax", 1024, 262144 * 2, "float", 4, FakeDevice(clusters=True)).tier == "uncached", \
         "forward sixteenths of one block an SM"
     # rows of 262147 starting mid-pack: eighths of 8193 packs, 4096 of them in registers

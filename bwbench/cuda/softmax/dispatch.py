@@ -97,14 +97,16 @@ PORTABLE_CLUSTER = PORTABLE_CLUSTER_BLOCKS
 """The largest cluster every GPU with clusters launches."""
 CLUSTER_PACKS_PER_THREAD = 8
 """The cluster tier's block size gives each thread about this many packs of its slice."""
-CLUSTER_REGISTER_PACKS = 8
-"""Forward cluster blocks whose slice alone would leave one block an SM keep this many 16-byte
-packs of it a thread in registers (64 of the 64 registers a thread has at two blocks of
-CLUSTER_REGISTER_BLOCK threads an SM) and cache the rest, which leaves two: see cluster_shape."""
+CLUSTER_REGISTER_PACKS = {"forward": 8, "backward": 4}
+"""Cluster blocks whose slice alone would leave one block an SM keep this many 16-byte packs of
+it a thread in registers (of x; of y and of dy each: 32 floats, within the 64 registers a thread
+has at two blocks of CLUSTER_REGISTER_BLOCK threads an SM) and cache the rest, which leaves two:
+see cluster_shape."""
 CLUSTER_REGISTER_BLOCK = 512
-"""Threads of such a block: with CLUSTER_REGISTER_PACKS, 64 KiB of its slice in registers."""
-CLUSTER_REGISTER_SIZES = (8,)
-"""The cluster sizes built with packs in registers: eighths, the largest portable size."""
+"""Threads of such a block: 64 KiB of its slice in registers."""
+CLUSTER_REGISTER_SIZES = {"forward": (8,), "backward": (16,)}
+"""The cluster sizes built with packs in registers: the forward's eighths, the largest portable
+size, and the backward's sixteenths, whose y and dy are twice the forward's bytes."""
 CLUSTER_REGISTER_ITEMSIZE = 4
 """Only float32 holds packs in registers: 16-bit packs widen to twice the floats, and the kernel
 spilled (64 registers and 126-194 bytes of stack on sm_90)."""
@@ -450,7 +452,9 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths).
     Where no portable size leaves two blocks an SM but eighths would with CLUSTER_REGISTER_PACKS
     of each thread's packs in registers (float32 rows of 262144: 128 KiB slices, 64 KiB cached),
-    the forward takes those eighths over sixteen."""
+    the forward takes those eighths over sixteen; where no size leaves two blocks an SM but
+    sixteenths would with packs of y and dy in registers (float32 rows of 262144: 128 KiB
+    slices, 64 KiB cached), the backward takes those over striding sixteenths at one."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
@@ -459,17 +463,25 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
         return None
     two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
     size = two_an_sm[0] if two_an_sm else fitting[0]
+    leaves_two = two_an_sm
     if direction == "forward":
-        portable = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
-        sized = [c for c in portable if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
-        size = sized[-1] if sized else portable[0] if portable else size
-        if not portable and pack * itemsize == PACK_BYTES and itemsize == CLUSTER_REGISTER_ITEMSIZE:
-            held = CLUSTER_REGISTER_PACKS * CLUSTER_REGISTER_BLOCK * PACK_BYTES
-            split = [c for c in sizes if c in CLUSTER_REGISTER_SIZES and 0 < slice_bytes[c] - held <= smem_limit // 2]
-            if split:
-                return ClusterShape(split[0], CLUSTER_REGISTER_BLOCK, slice_bytes[split[0]] - held,
-                                    CLUSTER_REGISTER_PACKS)
+        leaves_two = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
+        sized = [c for c in leaves_two if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
+        size = sized[-1] if sized else leaves_two[0] if leaves_two else size
+    if not leaves_two and pack * itemsize == PACK_BYTES and itemsize == CLUSTER_REGISTER_ITEMSIZE:
+        held = cluster_held_bytes(direction, CLUSTER_REGISTER_PACKS[direction], CLUSTER_REGISTER_BLOCK, pack, itemsize)
+        split = [c for c in sizes
+                 if c in CLUSTER_REGISTER_SIZES[direction] and 0 < slice_bytes[c] - held <= smem_limit // 2]
+        if split:
+            return ClusterShape(split[0], CLUSTER_REGISTER_BLOCK, slice_bytes[split[0]] - held,
+                                CLUSTER_REGISTER_PACKS[direction])
     return cluster_shape_of(size, cols, pack, itemsize, direction)
+
+
+def cluster_held_bytes(direction: str, register_packs: int, threads: int, pack: int, itemsize: int) -> int:
+    """Bytes of a cluster block's slice its `threads` threads hold in registers rather than cache,
+    `register_packs` packs each (of x; or of y and of dy)."""
+    return register_packs * threads * pack * itemsize * (2 if direction == "backward" else 1)
 
 
 def cluster_shape_of(size: int, cols: int, pack: int, itemsize: int, direction: str) -> ClusterShape:
@@ -480,15 +492,15 @@ def cluster_shape_of(size: int, cols: int, pack: int, itemsize: int, direction: 
                         cluster_smem_bytes(cols, pack, itemsize, direction, size))
 
 
-def cluster_strides(size: int, direction: str) -> bool:
+def cluster_strides(size: int, direction: str, register_packs: int = 0) -> bool:
     """Whether the cluster tier's grid is the clusters the GPU holds at once, striding over the
     rows, each block loading its next row's slices while it stores the row before (the kernel's
     kStride), rather than a cluster a row: the backward's clusters of sixteen. A non-portable
     cluster is slow to find room for at every row; on an H100 striding took the float16 backward
     at 262144 columns from 83% of copy to 86% and at 256000 from 83% to 86%, but lost 1.6 points
     in backward clusters of eight (128256 columns) and 2-11 points in the forward (8-10 with the
-    mailbox exchange)."""
-    return direction == "backward" and size > PORTABLE_CLUSTER
+    mailbox exchange). Blocks holding packs in registers (two an SM) take a row each."""
+    return direction == "backward" and size > PORTABLE_CLUSTER and not register_packs
 
 
 def cluster_block_size(preferred: int, resident: Mapping[int, int]) -> int:
@@ -708,7 +720,7 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
         if choice.tier in ("smem", "uncached"):
             return f"softmax_grad_block<{ctype}, {algo}, {p}, {_bool(choice.tier == 'smem')}>"
         if choice.tier == "cluster":
-            return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
+            return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}, {choice.cluster_regs}>"
         if choice.tier == "tile":
             return f"softmax_grad_tile<{ctype}, {algo}, {choice.lane_elements}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
@@ -739,11 +751,11 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
             for size in CLUSTER_SIZES:
                 names.append(kernel_name(ctype, algorithm, direction,
                                          TierChoice("cluster", block=128, pack=pack, cluster=size)))
-                if (direction == "forward" and pack > 1 and size in CLUSTER_REGISTER_SIZES
+                if (pack > 1 and size in CLUSTER_REGISTER_SIZES[direction]
                         and ITEMSIZE[ctype] == CLUSTER_REGISTER_ITEMSIZE):
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(
                         "cluster", block=CLUSTER_REGISTER_BLOCK, pack=pack, cluster=size,
-                        cluster_regs=CLUSTER_REGISTER_PACKS)))
+                        cluster_regs=CLUSTER_REGISTER_PACKS[direction])))
             if direction == "forward" and pack > 1:
                 for per_thread, threads in REGISTER_SHAPES:
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(

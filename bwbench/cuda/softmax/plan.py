@@ -329,7 +329,7 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
             if block is not None and block != dispatch.CLUSTER_REGISTER_BLOCK:
                 raise ValueError(f"a cluster block holding packs in registers runs {dispatch.CLUSTER_REGISTER_BLOCK} "
                                  f"threads; got block={block}")
-            smem -= choice.cluster_regs * choice.block * pack * itemsize
+            smem -= dispatch.cluster_held_bytes(direction, choice.cluster_regs, choice.block, pack, itemsize)
         queries.smem_limit(name)
         if block is None and not choice.cluster_regs:
             resident = {b: queries.blocks_per_sm(name, b, smem) for b in dispatch.BLOCK_SIZES if b <= choice.block}
@@ -337,7 +337,7 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
-        if dispatch.cluster_strides(size, direction):
+        if dispatch.cluster_strides(size, direction, choice.cluster_regs):
             # The clusters the GPU holds at once, striding over the rows, each block loading its
             # next row while it stores the one before (kernels/softmax.cu, kStride).
             clusters = queries.active_clusters(name, size, choice.block, smem)
