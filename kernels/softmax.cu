@@ -1019,9 +1019,9 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             held_dy[j] = e < entries ? bw::smx::load_masked<T, P>(dyr, span, lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
         }
 #pragma unroll 4
-        for (int e = cached_from + tid; e < entries; e += bs) {
-            bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], yr, span, lo + e, 0.0f);
-            bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], dyr, span, lo + e, 0.0f);
+        for (int k = lo + cached_from + tid; k < hi; k += bs) {
+            bw::smx::copy_pack<T, P>(&cache_y[k - lo - cached_from], yr, span, k, 0.0f);
+            bw::smx::copy_pack<T, P>(&cache_dy[k - lo - cached_from], dyr, span, k, 0.0f);
         }
     };
     if (kStride && row < rows) load(row);
@@ -1044,10 +1044,10 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
         }
         bw::tile::wait_copies();
-        for (int e = cached_from + tid; e < entries; e += bs) {
+        for (int k = lo + cached_from + tid; k < hi; k += bs) {
             float fy[P], fdy[P];
-            bw::smx::unpack(cache_y[e - cached_from], fy);
-            bw::smx::unpack(cache_dy[e - cached_from], fdy);
+            bw::smx::unpack(cache_y[k - lo - cached_from], fy);
+            bw::smx::unpack(cache_dy[k - lo - cached_from], fdy);
 #pragma unroll
             for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
         }
@@ -1073,7 +1073,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             bw::smx::cluster_slice<C>(nspan.packs(), rank, nlo, nhi);
             const int next_entries = more ? nhi - nlo : 0;
             int e = tid;
-            for (; e < entries; e += bs) {
+            for (; e < hi - lo; e += bs) {
                 float fy[P], fdy[P];
                 bw::smx::unpack(cache_y[e], fy);
                 bw::smx::unpack(cache_dy[e], fdy);
@@ -1090,21 +1090,21 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
                 bw::smx::copy_pack<T, P>(&cache_dy[e], ndyr, nspan, nlo + e, 0.0f);
             }
         } else {
-            auto store = [&](int e, const PackT& vy, const PackT& vdy) {
+            auto store = [&](int k, const PackT& vy, const PackT& vdy) {
                 float fy[P], fdy[P];
                 bw::smx::unpack(vy, fy);
                 bw::smx::unpack(vdy, fdy);
 #pragma unroll
                 for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
-                bw::smx::store_any<T, P>(dxr, span, lo + e, bw::smx::pack_from<T, P>(fy));
+                bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
             };
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 const int e = tid + j * bs;
-                if (e < entries) store(e, held_y[j], held_dy[j]);
+                if (e < entries) store(lo + e, held_y[j], held_dy[j]);
             }
-            for (int e = cached_from + tid; e < entries; e += bs)
-                store(e, cache_y[e - cached_from], cache_dy[e - cached_from]);
+            for (int k = lo + cached_from + tid; k < hi; k += bs)
+                store(k, cache_y[k - lo - cached_from], cache_dy[k - lo - cached_from]);
         }
     }
     if (!peers_ready) bw::cluster::wait_peers_ready();
