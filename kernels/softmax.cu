@@ -896,17 +896,22 @@ __device__ __forceinline__ void cluster_slice(int packs, int rank, int& lo, int&
 }  // namespace smx
 }  // namespace bw
 
-template <typename T, int Algo, int P, int C>
+// R > 0: each thread keeps the first R of its entries in registers (entry t + j blockDim in
+// held[j]) and only the rest in shared memory, so a slice whose cache alone would leave one block
+// an SM leaves two (dispatch.CLUSTER_REGISTER_PACKS).
+template <typename T, int Algo, int P, int C, int R>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
 softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows, int cols) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     typedef Pack<T, P> PackT;
     extern __shared__ __align__(16) unsigned char softmax_smem[];
-    PackT* cache = reinterpret_cast<PackT*>(softmax_smem);
+    PackT* cache = reinterpret_cast<PackT*>(softmax_smem);  // entry e >= R blockDim at cache[e - R blockDim]
     __shared__ bw::cluster::Mailbox<float2, C> box;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     const int rank = static_cast<int>(blockIdx.x % C);
+    const int cached_from = R * bs;
+    PackT held[R > 0 ? R : 1];
     bw::cluster::open(box);
     bool peers_ready = false;
     int round = 0;
@@ -915,14 +920,28 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(xr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+        const int entries = hi - lo;
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int e = tid + j * bs;
+            held[j] = e < entries ? bw::smx::load_masked<T, P>(xr, span, lo + e, bw::neg_inf())
+                                  : bw::smx::pack_fill<T, P>(bw::neg_inf());
+        }
 #pragma unroll 4
-        for (int k = lo + tid; k < hi; k += bs) bw::smx::copy_pack<T, P>(&cache[k - lo], xr, span, k, bw::neg_inf());
+        for (int e = cached_from + tid; e < entries; e += bs)
+            bw::smx::copy_pack<T, P>(&cache[e - cached_from], xr, span, lo + e, bw::neg_inf());
         if (tid == 0) bw::cluster::expect(box, round);
-        bw::tile::wait_copies();
         MD md = bw::smx::md_identity();
-        for (int k = lo + tid; k < hi; k += bs) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
             float f[P];
-            bw::smx::unpack(cache[k - lo], f);
+            bw::smx::unpack(held[j], f);
+            md = bw::smx::md_add<T, P>(md, f);
+        }
+        bw::tile::wait_copies();
+        for (int e = cached_from + tid; e < entries; e += bs) {
+            float f[P];
+            bw::smx::unpack(cache[e - cached_from], f);
             md = bw::smx::md_add<T, P>(md, f);
         }
         md = bw::smx::block_allreduce_md<T>(md);
@@ -937,19 +956,29 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         for (int r = 0; r < C; ++r) total = bw::smx::md_merge<T>(total, MD{parts[r].x, parts[r].y});
         const float k_row = Forward<Algo, T>::finish(total.d);
         T* yr = bw::smx::row_at(y, row, y_stride);
-        for (int k = lo + tid; k < hi; k += bs) {
+        auto store = [&](int e, const PackT& v) {
             float f[P];
-            bw::smx::unpack(cache[k - lo], f);
+            bw::smx::unpack(v, f);
 #pragma unroll
             for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], total.m, k_row);
-            bw::smx::store_any<T, P>(yr, span, k, bw::smx::pack_from<T, P>(f));
+            bw::smx::store_any<T, P>(yr, span, lo + e, bw::smx::pack_from<T, P>(f));
+        };
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int e = tid + j * bs;
+            if (e < entries) store(e, held[j]);
         }
+        for (int e = cached_from + tid; e < entries; e += bs) store(e, cache[e - cached_from]);
     }
     if (!peers_ready) bw::cluster::wait_peers_ready();
 #endif
 }
 
-template <typename T, int Algo, int P, int C>
+// R > 0: each thread keeps the first R of its entries of y and of dy in registers (entry
+// t + j blockDim in held_y[j], held_dy[j]) and only the rest in shared memory, so a slice whose
+// cache alone would leave one block an SM leaves two; such clusters take a row each rather than
+// stride (dispatch.CLUSTER_REGISTER_PACKS).
+template <typename T, int Algo, int P, int C, int R>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
 softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
                      T* __restrict__ dx, i64 dx_stride, i64 rows, int cols) {
@@ -958,16 +987,19 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     extern __shared__ __align__(16) unsigned char softmax_smem[];
     unsigned smem_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
+    // entry e >= R blockDim at cache_y[e - R blockDim], cache_dy[e - R blockDim]
     PackT* cache_y = reinterpret_cast<PackT*>(softmax_smem);
     PackT* cache_dy = cache_y + smem_bytes / (2 * sizeof(PackT));
     __shared__ bw::cluster::Mailbox<float, C> box;
     const int tid = threadIdx.x;
     const int bs = blockDim.x;
     const int rank = static_cast<int>(blockIdx.x % C);
+    const int cached_from = R * bs;
+    PackT held_y[R > 0 ? R : 1], held_dy[R > 0 ? R : 1];
     // Clusters of 16 (kStride) stride over the rows, a grid of the clusters the GPU holds at once
     // (the host's plan), and load each row's slices while they store the row before; the others
     // take a row each and load it on their own.
-    constexpr bool kStride = C > kPortableCluster;
+    constexpr bool kStride = C > kPortableCluster && R == 0;
     bw::cluster::open(box);
     bool peers_ready = false;
     int round = 0;
@@ -979,10 +1011,17 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+        const int entries = hi - lo;
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int e = tid + j * bs;
+            held_y[j] = e < entries ? bw::smx::load_masked<T, P>(yr, span, lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+            held_dy[j] = e < entries ? bw::smx::load_masked<T, P>(dyr, span, lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+        }
 #pragma unroll 4
-        for (int k = lo + tid; k < hi; k += bs) {
-            bw::smx::copy_pack<T, P>(&cache_y[k - lo], yr, span, k, 0.0f);
-            bw::smx::copy_pack<T, P>(&cache_dy[k - lo], dyr, span, k, 0.0f);
+        for (int k = lo + cached_from + tid; k < hi; k += bs) {
+            bw::smx::copy_pack<T, P>(&cache_y[k - lo - cached_from], yr, span, k, 0.0f);
+            bw::smx::copy_pack<T, P>(&cache_dy[k - lo - cached_from], dyr, span, k, 0.0f);
         }
     };
     if (kStride && row < rows) load(row);
@@ -992,14 +1031,23 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
         const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
+        const int entries = hi - lo;
         if (!kStride) load(row);
         if (tid == 0) bw::cluster::expect(box, round);
-        bw::tile::wait_copies();
         float thread_sum = 0.0f;
-        for (int k = lo + tid; k < hi; k += bs) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
             float fy[P], fdy[P];
-            bw::smx::unpack(cache_y[k - lo], fy);
-            bw::smx::unpack(cache_dy[k - lo], fdy);
+            bw::smx::unpack(held_y[j], fy);
+            bw::smx::unpack(held_dy[j], fdy);
+#pragma unroll
+            for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
+        }
+        bw::tile::wait_copies();
+        for (int k = lo + cached_from + tid; k < hi; k += bs) {
+            float fy[P], fdy[P];
+            bw::smx::unpack(cache_y[k - lo - cached_from], fy);
+            bw::smx::unpack(cache_dy[k - lo - cached_from], fdy);
 #pragma unroll
             for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
         }
@@ -1042,14 +1090,21 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
                 bw::smx::copy_pack<T, P>(&cache_dy[e], ndyr, nspan, nlo + e, 0.0f);
             }
         } else {
-            for (int k = lo + tid; k < hi; k += bs) {
+            auto store = [&](int k, const PackT& vy, const PackT& vdy) {
                 float fy[P], fdy[P];
-                bw::smx::unpack(cache_y[k - lo], fy);
-                bw::smx::unpack(cache_dy[k - lo], fdy);
+                bw::smx::unpack(vy, fy);
+                bw::smx::unpack(vdy, fdy);
 #pragma unroll
                 for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
                 bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
+            };
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const int e = tid + j * bs;
+                if (e < entries) store(lo + e, held_y[j], held_dy[j]);
             }
+            for (int k = lo + cached_from + tid; k < hi; k += bs)
+                store(k, cache_y[k - lo - cached_from], cache_dy[k - lo - cached_from]);
         }
     }
     if (!peers_ready) bw::cluster::wait_peers_ready();

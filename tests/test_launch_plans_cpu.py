@@ -174,13 +174,13 @@ def test_cluster_shape_splits_forward_rows_into_eighths_and_backward_rows_as_lit
 
     limit = 227 * 1024
     # float16 rows of 262144: 512 KiB; eighths of 64 KiB leave room for two blocks an SM.
-    assert cluster_shape(262144, 8, 2, "forward", limit) == (8, 512, 64 * 1024)
+    assert cluster_shape(262144, 8, 2, "forward", limit) == (8, 512, 64 * 1024, 0)
     # The forward splits rows that quarters or halves would leave two blocks an SM into eighths
     # too: 100003 columns (200 KiB) in slices of 25 KiB, 128256 (250 KiB) in 32 KiB.
-    assert cluster_shape(100003, 8, 2, "forward", limit) == (8, 256, 1563 * 16)
+    assert cluster_shape(100003, 8, 2, "forward", limit) == (8, 256, 1563 * 16, 0)
     assert cluster_shape(128256, 8, 2, "forward", limit)[:2] == (8, 256)
     # ...but no further than slices of CLUSTER_MIN_SLICE_BYTES: rows of 58000 halves take quarters.
-    size, _, smem = cluster_shape(58000, 8, 2, "forward", limit)
+    size, _, smem, _ = cluster_shape(58000, 8, 2, "forward", limit)
     assert size == 4 and smem >= CLUSTER_MIN_SLICE_BYTES
     # The backward caches y and dy, twice the bytes a slice, and takes the smallest cluster whose
     # slices leave two blocks an SM: quarters of a float16 row of 65536.
@@ -188,7 +188,7 @@ def test_cluster_shape_splits_forward_rows_into_eighths_and_backward_rows_as_lit
     assert cluster_shape(100003, 8, 2, "backward", limit)[0] == 4
     assert cluster_shape(1 << 21, 8, 2, "forward", limit) is None, "eighths of 4 MiB do not fit"
     # Slices below the floor at every size: the smallest cluster that leaves two blocks an SM.
-    assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4), "one element a pack"
+    assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4, 0), "one element a pack"
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
@@ -232,34 +232,80 @@ def test_a_forced_cluster_tier_needs_clusters():
         plan("softmax", 7, 33, "half_t", 8, FakeDevice(clusters=False), tier="cluster")
 
 
-def test_the_forward_takes_a_cluster_only_where_two_blocks_fit_an_sm():
+def test_a_forced_cluster_size_splits_the_row_so_and_refuses_what_cannot_run():
+    from bwbench.cuda.softmax import dispatch
     from bwbench.cuda.softmax.plan import plan
 
-    # float32 rows of 262144 (1 MiB): eighths of 128 KiB leave one block an SM, sixteenths of
-    # 64 KiB three, where the GPU launches clusters of 16
-    sixteen = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True))
-    assert sixteen.tier == "cluster" and sixteen.choice.cluster == 16 and sixteen.smem == 64 * 1024
+    device = FakeDevice(clusters=True)
+    for size in dispatch.CLUSTER_SIZES:
+        forced = plan("softmax", 4096, 128256, "half_t", 8, device, cluster=size)
+        assert forced.tier == "cluster" and forced.choice.cluster == size and forced.grid == 4096 * size
+        assert forced.smem == dispatch.cluster_smem_bytes(128256, 8, 2, "forward", size)
+        assert forced.alternatives == (), "a forced size is timed as it is"
+    assert plan("softmax", 4096, 128256, "half_t", 8, device, tier="cluster", cluster=4).choice.cluster == 4
+    backward = plan("softmax_backward", 1024, 262144, "float", 4, device, cluster=16)
+    assert backward.choice.cluster == 16 and backward.grid < 1024 * 16, "the backward's sixteen still stride"
+    with pytest.raises(ValueError, match="cluster must be one of"):
+        plan("softmax", 4096, 128256, "half_t", 8, device, cluster=3)
+    with pytest.raises(ValueError, match="cannot go with tier='smem'"):
+        plan("softmax", 4096, 128256, "half_t", 8, device, tier="smem", cluster=8)
+    with pytest.raises(ValueError, match="exceeds"):  # halves of a float32 row of 262144: 512 KiB each
+        plan("softmax", 1024, 262144, "float", 4, device, cluster=2)
+    with pytest.raises(ValueError, match="holds no cluster of 16"):
+        plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True, large_clusters=False), cluster=16)
+    with pytest.raises(ValueError, match="clusters"):
+        plan("softmax", 4096, 128256, "half_t", 8, FakeDevice(clusters=False), cluster=8)
+
+
+def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
+    from bwbench.cuda.softmax import dispatch
+    from bwbench.cuda.softmax.plan import plan
+
+    # float32 rows of 262144 (1 MiB): eighths of 128 KiB cached leave one block an SM; with 8 of
+    # each thread's 16 packs in registers (512 threads: 64 KiB) and 64 KiB cached they leave two
+    split = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True))
+    assert split.tier == "cluster" and split.choice.cluster == 8 and split.choice.cluster_regs == 8
+    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 1024 * 8
+    assert split.launch.kernel == "softmax_cluster<float, 0, 4, 8, 8>"
+    # where a row is too long for that (float32 rows of 400009: eighths of 195 KiB), sixteenths of
+    # 98 KiB, where the GPU launches clusters of 16
+    sixteen = plan("softmax", 1024, 400009, "float", 4, FakeDevice(clusters=True))
+    assert sixteen.tier == "cluster" and sixteen.choice.cluster == 16 and sixteen.choice.cluster_regs == 0
     assert sixteen.grid == 1024 * 16
     portable = FakeDevice(clusters=True, large_clusters=False)
-    assert plan("softmax", 1024, 262144, "float", 4, portable).tier == "uncached"
+    assert plan("softmax", 1024, 400009, "float", 4, portable).tier == "uncached"
     assert any(q[0] == "clusters" and q[2] == 16 for q in portable.asked), "16 is asked about before it is used"
-    forced = plan("softmax", 1024, 262144, "float", 4, portable, tier="cluster")
-    assert forced.choice.cluster == 8 and forced.smem == 128 * 1024
+    forced = plan("softmax", 1024, 262144, "float", 4, portable, cluster=8)
+    assert forced.choice.cluster == 8 and forced.choice.cluster_regs == 0 and forced.smem == 128 * 1024
+    with pytest.raises(ValueError, match="runs 512 threads"):
+        plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True), block=1024)
     # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
-    # and where sixteenths leave one block an SM (float32 y and dy of 1 MiB each): the backward's
+    # where sixteenths leave one block an SM (float32 y and dy of 1 MiB each) but two with 4 of
+    # each thread's 8 packs of y and of dy in registers (512 threads: 64 KiB), a row a cluster
+    split = plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True))
+    assert split.tier == "cluster" and split.choice.cluster == 16 and split.choice.cluster_regs == 4
+    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 1024 * 16
+    assert split.launch.kernel == "softmax_grad_cluster<float, 0, 4, 16, 4>"
+    assert split.launch.kernel in dispatch.kernel_names("float", "backward")
+    # and where even that leaves one (float32 rows of 400009: 195 KiB sixteenths), the backward's
     # sixteen stride over the rows, loading the next while they store
-    strided = plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True))
-    assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.smem == 128 * 1024
+    strided = plan("softmax_backward", 1024, 400009, "float", 4, FakeDevice(clusters=True))
+    assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.choice.cluster_regs == 0
     assert strided.grid < 1024 * 16 and strided.grid % 16 == 0
+    assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster_regs == 0, \
+        "16-bit packs stay cached"
     assert plan("softmax", 1024, 262144 * 2, "float", 4, FakeDevice(clusters=True)).tier == "uncached", \
         "forward sixteenths of one block an SM"
-    # a slice of 4097 packs (rows of 262147 starting mid-pack) would want 1024 threads, two blocks
-    # an SM; 512 keep the three its shared memory allows
+    # rows of 262147 starting mid-pack: eighths of 8193 packs, 4096 of them in registers
     odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False)
+    assert odd.choice.cluster == 8 and odd.choice.cluster_regs == 8 and odd.smem == 4097 * 16
+    # sixteenths of 4097 packs would want 1024 threads, two blocks an SM; 512 keep the three their
+    # shared memory allows
+    odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False, cluster=16)
     assert odd.choice.cluster == 16 and odd.block == 512
-    assert plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False,
+    assert plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False, cluster=16,
                 block=1024).block == 1024, "a forced block stays"
     # a row whose eighths leave two blocks an SM keeps the portable size, and nothing asks about 16
     half = FakeDevice(clusters=True)

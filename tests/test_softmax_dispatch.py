@@ -254,10 +254,11 @@ def test_instantiation_count_stays_small():
     """Every module compiles at first use (NVRTC) and in the CPU compile test: keep it bounded.
     The forward's 14 fitted warp shapes (two families, two algorithms) took it past 176; the
     backward's tile instances holding rows in registers (two sizes, two algorithms) past 112, and
-    its two wide fitted shapes past 116."""
+    its two wide fitted shapes past 116; float32's cluster eighths (forward) and sixteenths
+    (backward) holding packs in registers (two algorithms each) past 188 and 118."""
     for ctype in ("half_t", "bf16_t", "float"):
-        assert len(d.kernel_names(ctype, "forward")) <= 188
-        assert len(d.kernel_names(ctype, "backward")) <= 118
+        assert len(d.kernel_names(ctype, "forward")) <= 190
+        assert len(d.kernel_names(ctype, "backward")) <= 120
 
 
 def test_sources_are_declared_per_dtype_and_direction():

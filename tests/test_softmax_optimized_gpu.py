@@ -297,36 +297,64 @@ def _holds_sixteen(op: str, dtype: torch.dtype) -> bool:
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("size", [2, 4, 8, 16])
+@pytest.mark.parametrize("cols", [33, 4097, 100003])
+def test_forced_cluster_sizes(op, size, cols):
+    """cluster= splits the row over that many blocks, down to slices with no pack at all (33
+    columns in sixteen), odd widths and rows that start mid-pack included, every element right
+    with poisoned outputs; a size this GPU cannot hold is refused, not run."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.softmax.launch import row_layout
+
+    dtype = torch.float16
+    for rows, layout in ((7, "contiguous"), (7, "offset")):
+        inputs = _inputs(op, rows, cols, dtype, seed=cols + size)
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        out = _poisoned_out(rows, cols, dtype, layout)
+        pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
+        try:
+            plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense,
+                                 cluster=size)
+        except ValueError as err:
+            assert "no cluster" in str(err) or "clusters" in str(err), err
+            pytest.skip(f"this GPU cannot run clusters of {size}: {err}")
+        assert plan.tier == "cluster" and plan.choice.cluster == size
+        result = _function(op)(**laid, out=out, cluster=size)
+        assert result is out
+        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} ({rows}, {cols}) in {size} {layout}")
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
 @pytest.mark.parametrize("dtype,cols", [(torch.float32, 262144), (torch.float32, 262147), (torch.float16, 262144),
                                         (torch.bfloat16, 300007), (torch.float32, 400009)])
 def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
     """Rows whose eighths leave one block an SM (or fit none) take clusters of 16 blocks where the
     GPU launches them and sixteenths leave two blocks an SM (the backward's, which stride over the
-    rows loading the next while they store, at one block an SM too): the row split in sixteen
-    slices, odd widths and rows that start mid-pack included, 133 rows on fewer clusters (rows
-    whose starts, and so slices, change from row to row), every element right with poisoned
-    outputs."""
+    rows loading the next while they store, at one block an SM too), or, float32 rows of 1 MiB,
+    eighths (forward) or sixteenths (backward) holding half of each slice in registers: odd widths
+    and rows that start mid-pack included, 133 rows (rows whose starts, and so slices, change from
+    row to row), every element right with poisoned outputs."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda.softmax.launch import row_layout
 
     if not _holds_sixteen(op, dtype):
         pytest.skip("this GPU launches no clusters of 16 blocks")
     backward = "backward" in op
-    # 16-bit forward rows of 512-600 KiB keep eighths (three blocks an SM); float32 backward
-    # sixteenths of y and dy (128 KiB and more) leave one, which the striding backward takes
-    expected = {(False, False): 8, (False, True): 16, (True, False): 16, (True, True): 16}[
-        (backward, dtype == torch.float32)]
+    # 16-bit forward rows of 512-600 KiB keep eighths (three blocks an SM), and float32 rows of
+    # 1 MiB eighths (sixteenths of y and dy) with half of each slice in registers (two); float32
+    # backward sixteenths of y and dy of 195 KiB leave one, which the striding backward takes
+    fp32 = dtype == torch.float32
+    expected = 16 if backward or (fp32 and cols > 262147) else 8
+    in_registers = 0 if not fp32 or cols > 262147 else 4 if backward else 8
     for rows, layout in ((3, "contiguous"), (133, "contiguous"), (5, "offset")):
         inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
         laid = {k: _layout(v, layout) for k, v in inputs.items()}
         out = _poisoned_out(rows, cols, dtype, layout)
         pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
         plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense)
-        if expected is None:
-            assert plan.tier == "uncached", plan
-        else:
-            assert plan.tier == "cluster" and plan.choice.cluster == expected, plan
-        if backward and rows == 133:
+        assert plan.tier == "cluster" and plan.choice.cluster == expected, plan
+        assert plan.choice.cluster_regs == in_registers, plan
+        if backward and rows == 133 and not in_registers:
             assert plan.launch.grid[0] < rows * 16, "the backward's clusters of 16 stride over the rows"
         result = _function(op)(**laid, out=out)
         assert result is out

@@ -31,6 +31,22 @@ def test_a_request_names_the_op_shapes_dtypes_and_tiers(tiers):
     assert norm.op == "layer_norm" and norm.cols == (1023, 4097) and norm.tiers == ("tile", "span_rows")
 
 
+def test_the_softmax_family_takes_forced_cluster_sizes(tiers):
+    from bwbench.cuda.softmax import dispatch
+
+    assert tiers.CLUSTER_SIZES == dispatch.CLUSTER_SIZES
+    request = tiers.parse(["softmax", "--rows", "4096", "--cols", "128256", "--tiers", "cluster4,cluster8,cluster"])
+    assert request.tiers == ("cluster4", "cluster8", "cluster")
+    assert [tiers.tier_options(t) for t in ("auto", *request.tiers)] == [
+        {}, {"tier": "cluster", "cluster": 4}, {"tier": "cluster", "cluster": 8}, {"tier": "cluster"}]
+    assert not set(tiers.SIZED_CLUSTERS) & set(tiers.parse(["softmax", "--rows", "8", "--cols", "33"]).tiers), \
+        "sized clusters run only when asked for"
+    with pytest.raises(ValueError, match="--tiers takes"):
+        tiers.parse(["layer_norm", "--rows", "8", "--cols", "33", "--tiers", "cluster8"])
+    with pytest.raises(ValueError, match="--tiers takes"):
+        tiers.parse(["softmax", "--rows", "8", "--cols", "33", "--tiers", "cluster32"])
+
+
 def test_the_norm_tiers_are_the_launchers(tiers):
     from bwbench.cuda.norm import plan
 

@@ -4,7 +4,9 @@ Usage: python tools/tiers.py OP --rows R --cols C1,C2 [--dtype float16,float32] 
 
 OP is softmax, log_softmax, softmax_backward, layer_norm or rms_norm. For each shape and dtype it
 runs the launcher's own choice ("auto") and then each tier forced (`tier=` of bwbench.cuda.softmax
-or bwbench.cuda.norm), on the same random inputs. A tier that cannot run the shape says why; a
+or bwbench.cuda.norm), on the same random inputs. The softmax family's `--tiers` also takes the
+cluster tier at a forced size, cluster2 … cluster16 (`cluster=`: blocks a row), which is how the
+cluster tier's size rule is measured. A tier that cannot run the shape says why; a
 result outside the suite's tolerance of its float64 reference is reported wrong and not timed.
 The others are timed with `bwbench.bench`, cold in L2 as `bwbench run` times, against a copy of
 the same bytes measured in the same call, and printed as a markdown table (% of that copy, GB/s,
@@ -27,6 +29,9 @@ OPS = {
     "rms_norm": ("rmsnorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
 }
 NORMS = ("layer_norm", "rms_norm")
+CLUSTER_SIZES = (2, 4, 8, 16)  # bwbench.cuda.softmax.dispatch.CLUSTER_SIZES, named here without importing torch
+SIZED_CLUSTERS = tuple(f"cluster{size}" for size in CLUSTER_SIZES)
+"""Forced cluster sizes the softmax family's --tiers takes beside its tiers (not run by default)."""
 EPS = 1e-5
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -52,14 +57,24 @@ def _positive_ints(text: str, name: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _names(text: str | None, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
+def _names(text: str | None, allowed: tuple[str, ...], name: str, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The comma-separated names of `text` (all of `allowed` when None), each of allowed or also."""
     if text is None:
         return allowed
     chosen = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [c for c in chosen if c not in allowed]
+    unknown = [c for c in chosen if c not in allowed + also]
     if unknown or not chosen:
-        raise ValueError(f"--{name} takes {', '.join(allowed)}; got {text!r}")
+        raise ValueError(f"--{name} takes {', '.join(allowed + also)}; got {text!r}")
     return chosen
+
+
+def tier_options(tier: str) -> dict:
+    """The launcher's overrides for a --tiers name: none for "auto", cluster= for a sized cluster."""
+    if tier == "auto":
+        return {}
+    if tier in SIZED_CLUSTERS:
+        return {"tier": "cluster", "cluster": int(tier.removeprefix("cluster"))}
+    return {"tier": tier}
 
 
 def parse(argv: list[str] | None) -> Request:
@@ -69,7 +84,8 @@ def parse(argv: list[str] | None) -> Request:
     parser.add_argument("--rows", required=True, help="rows of the input")
     parser.add_argument("--cols", required=True, help="columns, comma-separated")
     parser.add_argument("--dtype", help=f"comma-separated, of {', '.join(DTYPES)} (default float16)")
-    parser.add_argument("--tiers", help="only these forced tiers, comma-separated (default: all of the op's)")
+    parser.add_argument("--tiers", help="only these forced tiers, comma-separated (default: all of the op's; "
+                                        "the softmax family also takes cluster2, cluster4, cluster8, cluster16)")
     parser.add_argument("--max-time", type=float, default=0.3, help="seconds of sampling per measurement")
     args = parser.parse_args(argv)
     if args.op not in OPS:
@@ -81,7 +97,8 @@ def parse(argv: list[str] | None) -> Request:
         raise ValueError(f"--max-time must be positive, got {args.max_time}")
     return Request(op=args.op, rows=rows[0], cols=_positive_ints(args.cols, "cols"),
                    dtypes=_names(args.dtype or "float16", DTYPES, "dtype"),
-                   tiers=_names(args.tiers, OPS[args.op][2], "tiers"), max_time=args.max_time)
+                   tiers=_names(args.tiers, OPS[args.op][2], "tiers", () if args.op in NORMS else SIZED_CLUSTERS),
+                   max_time=args.max_time)
 
 
 @dataclass(frozen=True)
@@ -158,7 +175,7 @@ def measure(request: Request) -> list[list[str]]:
             gen = torch.Generator(device="cuda").manual_seed(cols)
             shape = make(request.op, request.rows, cols, getattr(torch, dtype_name), gen)
             for tier in ("auto", *request.tiers):
-                options = {} if tier == "auto" else {"tier": tier}
+                options = tier_options(tier)
                 label = [str(request.rows), str(cols), dtype_name, tier]
                 try:
                     out = shape.call(options)

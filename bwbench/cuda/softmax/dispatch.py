@@ -25,7 +25,7 @@ dispatcher can ask for are one list.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from bwbench.cuda import row_tile
 from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS
@@ -97,6 +97,19 @@ PORTABLE_CLUSTER = PORTABLE_CLUSTER_BLOCKS
 """The largest cluster every GPU with clusters launches."""
 CLUSTER_PACKS_PER_THREAD = 8
 """The cluster tier's block size gives each thread about this many packs of its slice."""
+CLUSTER_REGISTER_PACKS = {"forward": 8, "backward": 4}
+"""Cluster blocks whose slice alone would leave one block an SM keep this many 16-byte packs of
+it a thread in registers (of x; of y and of dy each: 32 floats, within the 64 registers a thread
+has at two blocks of CLUSTER_REGISTER_BLOCK threads an SM) and cache the rest, which leaves two:
+see cluster_shape."""
+CLUSTER_REGISTER_BLOCK = 512
+"""Threads of such a block: 64 KiB of its slice in registers."""
+CLUSTER_REGISTER_SIZES = {"forward": (8,), "backward": (16,)}
+"""The cluster sizes built with packs in registers: the forward's eighths, the largest portable
+size, and the backward's sixteenths, whose y and dy are twice the forward's bytes."""
+CLUSTER_REGISTER_ITEMSIZE = 4
+"""Only float32 holds packs in registers: 16-bit packs widen to twice the floats, and the kernel
+spilled (64 registers and 126-194 bytes of stack on sm_90)."""
 CLUSTER_MIN_SLICE_BYTES = 16 * 1024
 """The forward's cluster tier splits a row into no more slices than keep this many bytes each
 (blocks of 128 threads and more at CLUSTER_PACKS_PER_THREAD 16-byte packs): see cluster_shape."""
@@ -208,6 +221,9 @@ class TierChoice:
     """Backward shared-memory tier: the row does not fit, so only its first packs are cached."""
     cluster: int = 0
     """Cluster tier: blocks per row (one of CLUSTER_SIZES)."""
+    cluster_regs: int = 0
+    """Cluster tier (forward): 16-byte packs of its slice each thread keeps in registers, the rest
+    cached in shared memory (0: all cached)."""
     group: int = 0
     """Tile tier: lanes per row."""
     tile_rows: int = 0
@@ -405,8 +421,21 @@ def registers_shape(cols: int, pack: int) -> tuple[int, int] | None:
     return None
 
 
+class ClusterShape(NamedTuple):
+    """The cluster tier's launch: `size` blocks a row of `threads` threads, `smem` bytes of dynamic
+    shared memory each, and `register_packs` packs of the slice a thread holds in registers."""
+
+    size: int
+    threads: int
+    smem: int
+    register_packs: int = 0
+
+    def choice(self, pack: int) -> TierChoice:
+        return TierChoice("cluster", block=self.threads, pack=pack, cluster=self.size, cluster_regs=self.register_packs)
+
+
 def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limit: int,
-                  min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1]) -> tuple[int, int, int] | None:
+                  min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1]) -> ClusterShape | None:
     """(blocks per row, threads, dynamic shared memory) of the cluster tier for a row span of
     `cols`, or None where even the largest cluster (of at most `largest` blocks) leaves fewer than
     `min_blocks_per_sm` blocks an SM within `smem_limit`.
@@ -420,7 +449,12 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     sixteen only where no portable size leaves two: with the mailbox exchange, smaller slices on
     more blocks beat fewer larger ones (H100, float16: 4096 rows of 128256 columns, eighths of
     32 KiB against quarters of 64 KiB; 1024 rows of 100003, eighths against halves), until a slice
-    is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths)."""
+    is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths).
+    Where no portable size leaves two blocks an SM but eighths would with CLUSTER_REGISTER_PACKS
+    of each thread's packs in registers (float32 rows of 262144: 128 KiB slices, 64 KiB cached),
+    the forward takes those eighths over sixteen; where no size leaves two blocks an SM but
+    sixteenths would with packs of y and dy in registers (float32 rows of 262144: 128 KiB
+    slices, 64 KiB cached), the backward takes those over striding sixteenths at one."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
@@ -429,23 +463,44 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
         return None
     two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
     size = two_an_sm[0] if two_an_sm else fitting[0]
+    leaves_two = two_an_sm
     if direction == "forward":
-        portable = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
-        sized = [c for c in portable if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
-        size = sized[-1] if sized else portable[0] if portable else size
+        leaves_two = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
+        sized = [c for c in leaves_two if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
+        size = sized[-1] if sized else leaves_two[0] if leaves_two else size
+    if not leaves_two and pack * itemsize == PACK_BYTES and itemsize == CLUSTER_REGISTER_ITEMSIZE:
+        held = cluster_held_bytes(direction, CLUSTER_REGISTER_PACKS[direction], CLUSTER_REGISTER_BLOCK, pack, itemsize)
+        split = [c for c in sizes
+                 if c in CLUSTER_REGISTER_SIZES[direction] and 0 < slice_bytes[c] - held <= smem_limit // 2]
+        if split:
+            return ClusterShape(split[0], CLUSTER_REGISTER_BLOCK, slice_bytes[split[0]] - held,
+                                CLUSTER_REGISTER_PACKS[direction])
+    return cluster_shape_of(size, cols, pack, itemsize, direction)
+
+
+def cluster_held_bytes(direction: str, register_packs: int, threads: int, pack: int, itemsize: int) -> int:
+    """Bytes of a cluster block's slice its `threads` threads hold in registers rather than cache,
+    `register_packs` packs each (of x; or of y and of dy)."""
+    return register_packs * threads * pack * itemsize * (2 if direction == "backward" else 1)
+
+
+def cluster_shape_of(size: int, cols: int, pack: int, itemsize: int, direction: str) -> ClusterShape:
+    """The cluster tier splitting a row span of `cols` over `size` blocks, every pack cached: the
+    block gives each thread about CLUSTER_PACKS_PER_THREAD packs."""
     slice_packs = -(-span_packs(cols, pack) // size)
-    return size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD), slice_bytes[size]
+    return ClusterShape(size, uncached_block_size(slice_packs * pack, pack, CLUSTER_PACKS_PER_THREAD),
+                        cluster_smem_bytes(cols, pack, itemsize, direction, size))
 
 
-def cluster_strides(size: int, direction: str) -> bool:
+def cluster_strides(size: int, direction: str, register_packs: int = 0) -> bool:
     """Whether the cluster tier's grid is the clusters the GPU holds at once, striding over the
     rows, each block loading its next row's slices while it stores the row before (the kernel's
     kStride), rather than a cluster a row: the backward's clusters of sixteen. A non-portable
     cluster is slow to find room for at every row; on an H100 striding took the float16 backward
     at 262144 columns from 83% of copy to 86% and at 256000 from 83% to 86%, but lost 1.6 points
     in backward clusters of eight (128256 columns) and 2-11 points in the forward (8-10 with the
-    mailbox exchange)."""
-    return direction == "backward" and size > PORTABLE_CLUSTER
+    mailbox exchange). Blocks holding packs in registers (two an SM) take a row each."""
+    return direction == "backward" and size > PORTABLE_CLUSTER and not register_packs
 
 
 def cluster_block_size(preferred: int, resident: Mapping[int, int]) -> int:
@@ -528,7 +583,7 @@ def cache_bytes(direction: str, cols: int, itemsize: int, pack: int, limit: int,
 def choose_tier(cols: int, pack: int, *, direction: str = "forward",
                 smem_blocks_per_sm: Mapping[int, int] | None = None,
                 thresholds: Thresholds = Thresholds(),
-                cluster: tuple[int, int, int] | None = None, tile: TileShape | None = None,
+                cluster: ClusterShape | None = None, tile: TileShape | None = None,
                 row_bytes: int = 0) -> TierChoice:
     """The tier for a row whose span (span_cols) is `cols` elements, moved `pack` at a time.
 
@@ -557,7 +612,7 @@ def choose_tier(cols: int, pack: int, *, direction: str = "forward",
             return TierChoice("registers", block=shape[1], pack=pack, packs_per_thread=shape[0])
     resident = (smem_blocks_per_sm or {}).get(BLOCK_SIZES[0], 0)
     if cluster is not None and resident < thresholds.cluster_below_smem_blocks:
-        return TierChoice("cluster", block=cluster[1], pack=pack, cluster=cluster[0])
+        return cluster.choice(pack)
     if smem_blocks_per_sm is not None:
         block = block_size_by_occupancy(smem_blocks_per_sm, thresholds.block_rule)
         if block is not None and smem_blocks_per_sm[BLOCK_SIZES[0]] >= max(1, thresholds.min_smem_blocks_per_sm):
@@ -652,7 +707,7 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
         if choice.tier == "registers":
             return f"softmax_rows<{ctype}, {algo}, {p}, {choice.packs_per_thread}, {choice.block}>"
         if choice.tier == "cluster":
-            return f"softmax_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
+            return f"softmax_cluster<{ctype}, {algo}, {p}, {choice.cluster}, {choice.cluster_regs}>"
         if choice.tier == "tile":
             return f"softmax_tile<{ctype}, {algo}>"
     elif direction == "backward":
@@ -665,7 +720,7 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
         if choice.tier in ("smem", "uncached"):
             return f"softmax_grad_block<{ctype}, {algo}, {p}, {_bool(choice.tier == 'smem')}>"
         if choice.tier == "cluster":
-            return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}>"
+            return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}, {choice.cluster_regs}>"
         if choice.tier == "tile":
             return f"softmax_grad_tile<{ctype}, {algo}, {choice.lane_elements}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
@@ -696,6 +751,11 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
             for size in CLUSTER_SIZES:
                 names.append(kernel_name(ctype, algorithm, direction,
                                          TierChoice("cluster", block=128, pack=pack, cluster=size)))
+                if (pack > 1 and size in CLUSTER_REGISTER_SIZES[direction]
+                        and ITEMSIZE[ctype] == CLUSTER_REGISTER_ITEMSIZE):
+                    names.append(kernel_name(ctype, algorithm, direction, TierChoice(
+                        "cluster", block=CLUSTER_REGISTER_BLOCK, pack=pack, cluster=size,
+                        cluster_regs=CLUSTER_REGISTER_PACKS[direction])))
             if direction == "forward" and pack > 1:
                 for per_thread, threads in REGISTER_SHAPES:
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(

@@ -74,9 +74,9 @@ def _planned(op: str, rows: int, cols: int, dtype: torch.dtype, layout: tuple[in
 
 
 def _options(overrides: dict) -> tuple:
-    unknown = set(overrides) - {"thresholds", "tier", "block", "grid_waves"}
+    unknown = set(overrides) - {"thresholds", "tier", "block", "grid_waves", "cluster"}
     if unknown:
-        raise TypeError(f"unknown options {sorted(unknown)}: thresholds, tier, block and grid_waves are")
+        raise TypeError(f"unknown options {sorted(unknown)}: thresholds, tier, block, grid_waves and cluster are")
     return tuple(sorted(overrides.items()))
 
 
@@ -94,7 +94,7 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     one element per access. starts_aligned: every row starts on a 16-byte boundary (None: as in
     a fresh contiguous tensor, i.e. where cols is a multiple of the pack). dense: every tensor's
     rows lie end to end (row stride = cols), as in fresh contiguous tensors.
-    overrides: thresholds=, tier=, block=, grid_waves= (see plan.plan)."""
+    overrides: thresholds=, tier=, block=, grid_waves=, cluster= (see plan.plan)."""
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
     pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], aligned)
@@ -291,7 +291,7 @@ def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None, **overrides) ->
     a column slice runs without a copy; other layouts raise ValueError, call .contiguous()).
     Returns a new contiguous tensor, or writes into `out` (same shape and dtype, rows contiguous,
     not overlapping x). Runs on PyTorch's current stream. `overrides` (thresholds=, tier=,
-    block=, grid_waves=) are for tuning and tests.
+    block=, grid_waves=, cluster=) are for tuning and tests.
     """
     return _forward("softmax", x, out, overrides)
 

@@ -164,19 +164,28 @@ def _smem_occupancy(queries: DeviceQueries, kernel: str, smem: int) -> dict[int,
 
 def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
          thresholds: dispatch.Thresholds | None = None, tier: str | None = None, block: int | None = None,
-         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True, dense: bool = False) -> SoftmaxPlan:
+         grid_waves: int | None = DEFAULT_GRID_WAVES, starts_aligned: bool = True, dense: bool = False,
+         cluster: int | None = None) -> SoftmaxPlan:
     """The launch of `op` on (rows, cols) of storage type `ctype` moved `pack` elements at a time.
 
     starts_aligned: every row starts on a pack boundary; otherwise capacity is planned for rows
     that start mid-pack (dispatch.span_cols). thresholds, tier and block override the measured
-    dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. grid_waves
+    dispatch (tuning runs and tests); a forced tier that cannot run raises ValueError. cluster
+    forces the cluster tier's blocks a row (one of dispatch.CLUSTER_SIZES; implies
+    tier="cluster"): how the size rule of dispatch.cluster_shape is measured. grid_waves
     caps the grid (None: a block per row; striding clusters, dispatch.cluster_strides, always run
     the clusters the GPU holds at once). dense: every tensor's rows lie end to end (row stride
     = cols), which the tile tier needs. Where the dispatch leaves the tier open
     (dispatch.timed_alternatives), the plan carries the other tiers' plans for the launcher to time.
     """
+    if cluster is not None:
+        if cluster not in dispatch.CLUSTER_SIZES:
+            raise ValueError(f"cluster must be one of {dispatch.CLUSTER_SIZES}, got {cluster!r}")
+        if tier not in (None, "cluster"):
+            raise ValueError(f"cluster= sizes the cluster tier; it cannot go with tier={tier!r}")
+        tier = "cluster"
     options = dict(thresholds=thresholds, block=block, grid_waves=grid_waves, starts_aligned=starts_aligned,
-                   dense=dense)
+                   dense=dense, cluster=cluster)
     first = _plan_tier(op, rows, cols, ctype, pack, queries, tier=tier, **options)
     if tier is not None or block is not None:
         return first
@@ -203,7 +212,7 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
 
 def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQueries,
                thresholds: dispatch.Thresholds | None, tier: str | None, block: int | None,
-               grid_waves: int | None, starts_aligned: bool, dense: bool) -> SoftmaxPlan:
+               grid_waves: int | None, starts_aligned: bool, dense: bool, cluster: int | None = None) -> SoftmaxPlan:
     """plan's single choice: the measured dispatch's tier, or the forced one."""
     if op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
@@ -228,20 +237,34 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         partial = cached < smem_needed
         smem_needed = cached
 
-    def cluster() -> tuple[int, int, int] | None:
+    def cluster_tier() -> dispatch.ClusterShape | None:
         if not queries.clusters or key == "online":
             return None
         limit = queries.smem_limit(smem_kernel())
+        if cluster is not None:
+            return forced_cluster(limit)
         min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
         shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks)
-        if shape is not None and shape[0] > dispatch.PORTABLE_CLUSTER:
+        if shape is not None and shape.size > dispatch.PORTABLE_CLUSTER:
             # A non-portable size: only where this GPU can hold such a cluster at all.
-            name = dispatch.kernel_name(ctype, algorithm, direction,
-                                        dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0]))
+            name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
             queries.smem_limit(name)  # its shared memory raised first: the query counts it
-            if queries.active_clusters(name, shape[0], shape[1], shape[2]) < 1:
+            if queries.active_clusters(name, shape.size, shape.threads, shape.smem) < 1:
                 shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
                                                largest=dispatch.PORTABLE_CLUSTER)
+        return shape
+
+    def forced_cluster(limit: int) -> dispatch.ClusterShape:
+        shape = dispatch.cluster_shape_of(cluster, span, pack, itemsize, direction)
+        if shape.smem > limit:
+            raise ValueError(f"a slice of {shape.smem} bytes (the row span of {span} in {cluster}) exceeds the "
+                             f"{limit} bytes of shared memory a block may take here")
+        if cluster > dispatch.PORTABLE_CLUSTER:
+            name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
+            queries.smem_limit(name)
+            if queries.active_clusters(name, cluster, shape.threads, shape.smem) < 1:
+                raise ValueError(f"this GPU holds no cluster of {cluster} blocks of {shape.threads} threads and "
+                                 f"{shape.smem} bytes of shared memory")
         return shape
 
     def tile() -> dispatch.TileShape | None:
@@ -259,16 +282,16 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         occupancy = shape = None
         if dispatch.needs_occupancy(span, pack, direction, th):
             occupancy = _smem_occupancy(queries, smem_kernel(partial), smem_needed)
-            shape = cluster() if th.cluster_below_smem_blocks else None
+            shape = cluster_tier() if th.cluster_below_smem_blocks else None
         tiles = tile() if dispatch.takes_tile(cols * itemsize, th) else None
         choice = dispatch.choose_tier(span, pack, direction=direction, smem_blocks_per_sm=occupancy, thresholds=th,
                                       cluster=shape, tile=tiles, row_bytes=cols * itemsize)
     elif tier == "cluster":
-        shape = cluster()
+        shape = cluster_tier()
         if shape is None:
             raise ValueError("the cluster tier needs a GPU that launches thread-block clusters (compute capability "
                              f"9.0 or later) and slices of the row span of {span} that fit its shared memory")
-        choice = dispatch.TierChoice("cluster", block=shape[1], pack=pack, cluster=shape[0])
+        choice = shape.choice(pack)
     elif tier == "tile":
         shape = tile()
         if shape is None:
@@ -302,14 +325,19 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
     if choice.tier == "cluster":
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
+        if choice.cluster_regs:  # the packs its threads hold are not cached
+            if block is not None and block != dispatch.CLUSTER_REGISTER_BLOCK:
+                raise ValueError(f"a cluster block holding packs in registers runs {dispatch.CLUSTER_REGISTER_BLOCK} "
+                                 f"threads; got block={block}")
+            smem -= dispatch.cluster_held_bytes(direction, choice.cluster_regs, choice.block, pack, itemsize)
         queries.smem_limit(name)
-        if block is None:
+        if block is None and not choice.cluster_regs:
             resident = {b: queries.blocks_per_sm(name, b, smem) for b in dispatch.BLOCK_SIZES if b <= choice.block}
             choice = replace(choice, block=dispatch.cluster_block_size(choice.block, resident))
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
-        if dispatch.cluster_strides(size, direction):
+        if dispatch.cluster_strides(size, direction, choice.cluster_regs):
             # The clusters the GPU holds at once, striding over the rows, each block loading its
             # next row while it stores the one before (kernels/softmax.cu, kStride).
             clusters = queries.active_clusters(name, size, choice.block, smem)
