@@ -436,9 +436,9 @@ class ClusterShape(NamedTuple):
 
 def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limit: int,
                   min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1]) -> ClusterShape | None:
-    """(blocks per row, threads, dynamic shared memory) of the cluster tier for a row span of
-    `cols`, or None where even the largest cluster (of at most `largest` blocks) leaves fewer than
-    `min_blocks_per_sm` blocks an SM within `smem_limit`.
+    """The cluster tier's shape (blocks per row, threads, dynamic shared memory, packs a thread
+    holds in registers) for a row span of `cols`, or None where even the largest cluster (of at
+    most `largest` blocks) leaves fewer than `min_blocks_per_sm` blocks an SM within `smem_limit`.
 
     The backward takes the smallest cluster whose slice leaves room for two blocks an SM, else the
     smallest whose slice fits; its sixteen stride over the rows and load the next row while they
