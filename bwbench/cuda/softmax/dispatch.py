@@ -222,8 +222,8 @@ class TierChoice:
     cluster: int = 0
     """Cluster tier: blocks per row (one of CLUSTER_SIZES)."""
     cluster_regs: int = 0
-    """Cluster tier (forward): 16-byte packs of its slice each thread keeps in registers, the rest
-    cached in shared memory (0: all cached)."""
+    """Cluster tier: 16-byte packs of its slice (of x; of y and of dy each) each thread keeps in
+    registers, the rest cached in shared memory (0: all cached)."""
     group: int = 0
     """Tile tier: lanes per row."""
     tile_rows: int = 0
@@ -468,7 +468,7 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
         leaves_two = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
         sized = [c for c in leaves_two if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
         size = sized[-1] if sized else leaves_two[0] if leaves_two else size
-    if not leaves_two and pack * itemsize == PACK_BYTES and itemsize == CLUSTER_REGISTER_ITEMSIZE:
+    if not leaves_two and holds_cluster_packs_in_registers(pack, itemsize):
         held = cluster_held_bytes(direction, CLUSTER_REGISTER_PACKS[direction], CLUSTER_REGISTER_BLOCK, pack, itemsize)
         split = [c for c in sizes
                  if c in CLUSTER_REGISTER_SIZES[direction] and 0 < slice_bytes[c] - held <= smem_limit // 2]
@@ -476,6 +476,12 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
             return ClusterShape(split[0], CLUSTER_REGISTER_BLOCK, slice_bytes[split[0]] - held,
                                 CLUSTER_REGISTER_PACKS[direction])
     return cluster_shape_of(size, cols, pack, itemsize, direction)
+
+
+def holds_cluster_packs_in_registers(pack: int, itemsize: int) -> bool:
+    """Whether the cluster tier is built with packs in registers for this storage and pack: whole
+    16-byte packs of CLUSTER_REGISTER_ITEMSIZE values."""
+    return pack * itemsize == PACK_BYTES and itemsize == CLUSTER_REGISTER_ITEMSIZE
 
 
 def cluster_held_bytes(direction: str, register_packs: int, threads: int, pack: int, itemsize: int) -> int:
@@ -751,8 +757,8 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
             for size in CLUSTER_SIZES:
                 names.append(kernel_name(ctype, algorithm, direction,
                                          TierChoice("cluster", block=128, pack=pack, cluster=size)))
-                if (pack > 1 and size in CLUSTER_REGISTER_SIZES[direction]
-                        and ITEMSIZE[ctype] == CLUSTER_REGISTER_ITEMSIZE):
+                if (size in CLUSTER_REGISTER_SIZES[direction]
+                        and holds_cluster_packs_in_registers(pack, ITEMSIZE[ctype])):
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(
                         "cluster", block=CLUSTER_REGISTER_BLOCK, pack=pack, cluster=size,
                         cluster_regs=CLUSTER_REGISTER_PACKS[direction])))
