@@ -1119,13 +1119,16 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 // 32) then work on one row each, straight from the copy: its max, its sum of exp, and the result
 // written over the input in place; the tile goes back to global memory in packs. Shared-memory
 // accesses are one element a lane, consecutive lanes on consecutive elements.
+// E > 0: a row is at most E elements a lane (cols <= E * group), which the lane reads from the
+// copies once and keeps in registers for every pass (the sums run in the same order: the same bits
+// as E = 0, which reads the copies at each pass).
 // The row loop runs the same number of times in every group of a block (rows past the tile
 // compute nothing), because the groups of a warp shuffle together.
 // =============================================================================================
 
 #define BW_SOFTMAX_TILE_BLOCK 256
 
-template <typename T, int Algo>
+template <typename T, int Algo, int E>
 __global__ void __launch_bounds__(BW_SOFTMAX_TILE_BLOCK)
 softmax_tile(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows, int cols,
              int tile_rows, int group) {
@@ -1144,14 +1147,37 @@ softmax_tile(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
             const int stop = r < n ? cols : 0;
             T* row = cached + static_cast<i64>(r < n ? r : 0) * cols;
             float m = bw::neg_inf();
-            for (int c = g.lane; c < stop; c += group) m = fmaxf(m, bw::to_float(row[c]));
-            m = bw::tile::group_allreduce<bw::MaxOp>(m, group);
-            float s = 0.0f;
-            for (int c = g.lane; c < stop; c += group) s += bw::smx::fast_exp<T>(bw::to_float(row[c]) - m);
-            s = bw::tile::group_allreduce<bw::SumOp>(s, group);
-            const float k = Forward<Algo, T>::finish(s);
-            for (int c = g.lane; c < stop; c += group)
-                row[c] = bw::from_float<T>(Forward<Algo, T>::apply(bw::to_float(row[c]), m, k));
+            if constexpr (E > 0) {
+                float v[E];
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const int c = g.lane + e * group;
+                    v[e] = c < stop ? bw::to_float(row[c]) : bw::neg_inf();
+                    m = fmaxf(m, v[e]);
+                }
+                m = bw::tile::group_allreduce<bw::MaxOp>(m, group);
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    if (g.lane + e * group < stop) s += bw::smx::fast_exp<T>(v[e] - m);
+                }
+                s = bw::tile::group_allreduce<bw::SumOp>(s, group);
+                const float k = Forward<Algo, T>::finish(s);
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    const int c = g.lane + e * group;
+                    if (c < stop) row[c] = bw::from_float<T>(Forward<Algo, T>::apply(v[e], m, k));
+                }
+            } else {
+                for (int c = g.lane; c < stop; c += group) m = fmaxf(m, bw::to_float(row[c]));
+                m = bw::tile::group_allreduce<bw::MaxOp>(m, group);
+                float s = 0.0f;
+                for (int c = g.lane; c < stop; c += group) s += bw::smx::fast_exp<T>(bw::to_float(row[c]) - m);
+                s = bw::tile::group_allreduce<bw::SumOp>(s, group);
+                const float k = Forward<Algo, T>::finish(s);
+                for (int c = g.lane; c < stop; c += group)
+                    row[c] = bw::from_float<T>(Forward<Algo, T>::apply(bw::to_float(row[c]), m, k));
+            }
         }
         __syncthreads();
         bw::tile::store(y, tile, cache);
@@ -1159,9 +1185,7 @@ softmax_tile(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_str
     });
 }
 
-// Backward: y and dy in two caches; dx is written over dy's copy, then stored. E > 0: a row is at
-// most E elements a lane (cols <= E * group), which the lane reads from the copies once and keeps
-// in registers for both passes (the sum runs in the same order: the same bits as E = 0).
+// Backward: y and dy in two caches; dx is written over dy's copy, then stored.
 template <typename T, int Algo, int E>
 __global__ void __launch_bounds__(BW_SOFTMAX_TILE_BLOCK)
 softmax_grad_tile(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,

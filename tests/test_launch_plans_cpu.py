@@ -423,7 +423,10 @@ def test_timed_alternatives_where_measurements_split():
     assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=62) == ("tile",)
     assert d.timed_alternatives(warp, "backward", dense=False, row_bytes=62) == (), "a column slice takes no tile"
     assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=64) == (), "whole packs: the warp tier"
-    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=62) == (), "the forward tile lost everywhere"
+    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=62) == ("tile",)
+    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == (), \
+        "longer forward rows: the warp tier"
+    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == ("tile",)
     smem = d.TierChoice("smem", block=1024, pack=8)
     assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
                                 clusters=True) == ("cluster",)
@@ -531,16 +534,17 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
     from bwbench.cuda.softmax.plan import plan
 
     odd = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [(c.tier, c.choice.warp.group, c.choice.warp.packs_per_thread) for c in odd.candidates] == \
-        [("warp", 32, 1), ("warp", 8, 3), ("warp", 4, 5)], "the tightest masked and wide shapes"
-    fitted = odd.alternatives[0]
+    assert [c.tier for c in odd.candidates] == ["warp", "tile", "warp", "warp"], "a short odd dense row: the tile"
+    assert [(c.choice.warp.group, c.choice.warp.packs_per_thread) for c in odd.candidates if c.tier == "warp"] == \
+        [(32, 1), (8, 3), (4, 5)], "the tightest masked and wide shapes"
+    fitted = odd.alternatives[1]
     assert fitted.launch.kernel in d.kernel_names("half_t", "forward")
     assert fitted.grid == -(-49152 // (d.WARP_BLOCK // 8)), "four rows a warp"
     assert plan("softmax", 49152, 128, "half_t", 8, FakeDevice()).alternatives == ()
     forced = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, tier="warp_fit")
     assert forced.tier == "warp" and forced.choice.warp == fitted.choice.warp
     wide = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, tier="warp_wide")
-    assert wide.choice.warp == odd.alternatives[1].choice.warp
+    assert wide.choice.warp == odd.alternatives[2].choice.warp
     vit = plan("softmax", 49152, 577, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
     assert [(c.choice.warp.group, c.choice.warp.packs_per_thread) for c in vit.candidates] == [(32, 3), (16, 5)]
     for tier in ("warp_fit", "warp_wide"):
@@ -550,18 +554,17 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
         plan("softmax_backward", 49152, 127, "half_t", 8, FakeDevice(), tier="warp_fit")
 
 
-def test_backward_tiles_hold_short_rows_in_registers():
-    """The backward tile tier's kernel is the instance whose lanes hold their part of the row
-    (row_tile.lane_elements), where one holds it; the forward's forced tile reads the cache."""
+def test_tiles_hold_short_rows_in_registers():
+    """The tile tier's kernel, both directions, is the instance whose lanes hold their part of the
+    row (row_tile.lane_elements) where one holds it, and the one that reads the cache otherwise."""
     from bwbench.cuda import row_tile
     from bwbench.cuda.softmax import dispatch as d
     from bwbench.cuda.softmax.plan import plan
 
+    kernels = {"softmax": "softmax_tile", "softmax_backward": "softmax_grad_tile"}
     for cols, held in ((31, 4), (127, 4), (129, 8), (197, 8), (255, 8), (577, 0), (1023, 0)):
         assert row_tile.lane_elements(cols) == held
-        p = plan("softmax_backward", 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
-                 tier="tile")
-        assert p.choice.lane_elements == held and p.launch.kernel == f"softmax_grad_tile<half_t, 0, {held}>"
-        assert p.launch.kernel in d.kernel_names("half_t", "backward")
-    forward = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True, tier="tile")
-    assert forward.choice.lane_elements == 0 and forward.launch.kernel.startswith("softmax_tile<half_t, 0")
+        for op, direction in (("softmax", "forward"), ("softmax_backward", "backward")):
+            p = plan(op, 49152, cols, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True, tier="tile")
+            assert p.choice.lane_elements == held and p.launch.kernel == f"{kernels[op]}<half_t, 0, {held}>"
+            assert p.launch.kernel in d.kernel_names("half_t", direction)

@@ -255,9 +255,10 @@ def test_instantiation_count_stays_small():
     The forward's 14 fitted warp shapes (two families, two algorithms) took it past 176; the
     backward's tile instances holding rows in registers (two sizes, two algorithms) past 112, and
     its two wide fitted shapes past 116; float32's cluster eighths (forward) and sixteenths
-    (backward) holding packs in registers (two algorithms each) past 188 and 118."""
+    (backward) holding packs in registers (two algorithms each) past 188 and 118; the forward's
+    tile instances holding rows in registers (two sizes, two algorithms) past 190."""
     for ctype in ("half_t", "bf16_t", "float"):
-        assert len(d.kernel_names(ctype, "forward")) <= 190
+        assert len(d.kernel_names(ctype, "forward")) <= 194
         assert len(d.kernel_names(ctype, "backward")) <= 120
 
 

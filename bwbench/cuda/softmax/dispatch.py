@@ -189,9 +189,11 @@ class Thresholds:
     tile_unaligned_only: bool = True
     """Only rows whose bytes are no multiple of 16 take the tile tier (the others' rows all start
     on a pack boundary, where the warp tier moves whole packs)."""
-    tile_bytes: int = 16384
+    tile_bytes: int = 8192
     """Bytes of each tensor one tile of the tile tier holds, about (whole rows, at least a row a
-    group of lanes)."""
+    group of lanes). 8 KiB against 16 KiB (H100, float16, 49152 rows, % of copy): backward 31
+    columns 59 → 67, 33 43 → 49, 127 68 → 77, 129-1025 even; the blocks of 256 threads then fit
+    eight an SM, the threads' limit, where the backward's 32 KiB fitted seven."""
 
     def __post_init__(self) -> None:
         if self.small_group_rows not in SMALL_GROUP_ROWS:
@@ -540,10 +542,10 @@ class TileShape:
 
 
 def tile_lane_elements(cols: int, direction: str) -> int:
-    """Elements of a row each lane of the tile tier holds in registers (row_tile.lane_elements): the
-    backward's instances only (the forward's tile kernel, which the dispatch never picks, reads the
-    cached row at each pass)."""
-    return row_tile.lane_elements(cols) if direction == "backward" else 0
+    """Elements of a row each lane of the tile tier holds in registers (row_tile.lane_elements), or
+    0 for the instance that reads the cached row at each pass; the same rule in both directions."""
+    del direction
+    return row_tile.lane_elements(cols)
 
 
 def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int, direction: str) -> int:
@@ -634,6 +636,11 @@ def takes_tile(row_bytes: int, thresholds: Thresholds) -> bool:
     return not thresholds.tile_unaligned_only or row_bytes % PACK_BYTES != 0
 
 
+FORWARD_TILE_MAX_ROW_BYTES = 512
+"""Forward rows of at most this many bytes time the tile tier on first use: those its lanes hold in
+registers (row_tile.LANE_ELEMENTS) at two bytes an element. Past them it lost by 20-30 points."""
+
+
 def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
                        smem_blocks_per_sm: int | None = None, clusters: bool = False,
                        fits_tighter: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -641,8 +648,10 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
     of the row's bytes told the winners apart (H100, float16, % of copy, bwbench.bench):
 
     - backward rows of a dense tensor that the warp tier holds and that no 16-byte pack divides:
-      the tile tier won at 31 columns (55 against 46) and 197 (83 against 78) and lost at 33
-      (40 against 48) and 577 (96 against 99);
+      the tile tier won at 31 columns (67 against 46), 33 (49 against 47) and 127 (77 against 64)
+      and lost at 129 (58 against 65), 197 (73 against 79) and 577 (87 against 93);
+    - forward rows of the same kind up to FORWARD_TILE_MAX_ROW_BYTES: the tile tier won at 31
+      columns (52 against 46) and lost at 33, 127, 129 and 197 (33-51 against 47-66);
     - forward rows the cached block tier holds at one block an SM, where the GPU has clusters:
       the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87).
 
@@ -654,7 +663,8 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
     """
     if choice.tier == "warp":
         fitted = tuple(FIT_TIERS[family] for family in FIT_FAMILIES if family in fits_tighter)
-        if direction == "backward" and dense and choice.pack > 1 and row_bytes % PACK_BYTES != 0:
+        odd_dense = dense and choice.pack > 1 and row_bytes % PACK_BYTES != 0
+        if odd_dense and (direction == "backward" or row_bytes <= FORWARD_TILE_MAX_ROW_BYTES):
             return ("tile", *fitted)
         return fitted
     if direction == "forward" and choice.tier == "smem" and clusters and smem_blocks_per_sm == 1:
@@ -715,7 +725,7 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
         if choice.tier == "cluster":
             return f"softmax_cluster<{ctype}, {algo}, {p}, {choice.cluster}, {choice.cluster_regs}>"
         if choice.tier == "tile":
-            return f"softmax_tile<{ctype}, {algo}>"
+            return f"softmax_tile<{ctype}, {algo}, {choice.lane_elements}>"
     elif direction == "backward":
         if choice.tier == "warp":
             w = choice.warp
@@ -741,7 +751,7 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
     names: list[str] = []
     wide = PACK_BYTES // ITEMSIZE[ctype]
     for algorithm in ALGORITHMS:
-        lanes = (0, *row_tile.LANE_ELEMENTS) if direction == "backward" else (0,)
+        lanes = (0, *row_tile.LANE_ELEMENTS)
         names += [kernel_name(ctype, algorithm, direction, TierChoice("tile", pack=wide, lane_elements=e))
                   for e in lanes]
         for pack in (wide, 1):
