@@ -538,14 +538,7 @@ class TileShape:
     group: int
     tile_rows: int
     smem: int
-    lane_elements: int = 0  # tile_lane_elements
-
-
-def tile_lane_elements(cols: int, direction: str) -> int:
-    """Elements of a row each lane of the tile tier holds in registers (row_tile.lane_elements), or
-    0 for the instance that reads the cached row at each pass; the same rule in both directions."""
-    del direction
-    return row_tile.lane_elements(cols)
+    lane_elements: int = 0  # row_tile.lane_elements: the same rule in both directions
 
 
 def tile_smem_bytes(tile_rows: int, cols: int, itemsize: int, direction: str) -> int:
@@ -567,7 +560,7 @@ def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: 
     smem = tile_smem_bytes(tile_rows, cols, itemsize, direction)
     if smem > smem_limit:
         return None
-    return TileShape(group, tile_rows, smem, tile_lane_elements(cols, direction))
+    return TileShape(group, tile_rows, smem, row_tile.lane_elements(cols))
 
 
 def smem_bytes(direction: str, cols: int, itemsize: int, pack: int = 1) -> int:

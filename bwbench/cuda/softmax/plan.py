@@ -14,6 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
+from bwbench.cuda import row_tile
 from bwbench.cuda.launch_spec import DeviceQueries, Launch, grid_blocks
 from bwbench.cuda.softmax import dispatch
 
@@ -245,34 +246,34 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
             return forced_cluster(limit)
         min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
         shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks)
-        if shape is not None and shape.size > dispatch.PORTABLE_CLUSTER:
-            # A non-portable size: only where this GPU can hold such a cluster at all.
-            name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
-            queries.smem_limit(name)  # its shared memory raised first: the query counts it
-            if queries.active_clusters(name, shape.size, shape.threads, shape.smem) < 1:
-                shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
-                                               largest=dispatch.PORTABLE_CLUSTER)
+        if shape is not None and not holds(shape):
+            shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
+                                           largest=dispatch.PORTABLE_CLUSTER)
         return shape
+
+    def holds(shape: dispatch.ClusterShape) -> bool:
+        """Whether this GPU holds such a cluster at all (asked only of non-portable sizes)."""
+        if shape.size <= dispatch.PORTABLE_CLUSTER:
+            return True
+        name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
+        queries.smem_limit(name)  # its shared memory raised first: the query counts it
+        return queries.active_clusters(name, shape.size, shape.threads, shape.smem) >= 1
 
     def forced_cluster(limit: int) -> dispatch.ClusterShape:
         shape = dispatch.cluster_shape_of(cluster, span, pack, itemsize, direction)
         if shape.smem > limit:
             raise ValueError(f"a slice of {shape.smem} bytes (the row span of {span} in {cluster}) exceeds the "
                              f"{limit} bytes of shared memory a block may take here")
-        if cluster > dispatch.PORTABLE_CLUSTER:
-            name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
-            queries.smem_limit(name)
-            if queries.active_clusters(name, cluster, shape.threads, shape.smem) < 1:
-                raise ValueError(f"this GPU holds no cluster of {cluster} blocks of {shape.threads} threads and "
-                                 f"{shape.smem} bytes of shared memory")
+        if not holds(shape):
+            raise ValueError(f"this GPU holds no cluster of {cluster} blocks of {shape.threads} threads and "
+                             f"{shape.smem} bytes of shared memory")
         return shape
 
     def tile() -> dispatch.TileShape | None:
         if not dense or pack == 1 or key == "online":
             return None
-        lanes = dispatch.tile_lane_elements(cols, direction)
         name = dispatch.kernel_name(ctype, algorithm, direction,
-                                    dispatch.TierChoice("tile", pack=pack, lane_elements=lanes))
+                                    dispatch.TierChoice("tile", pack=pack, lane_elements=row_tile.lane_elements(cols)))
         return dispatch.tile_shape(rows, cols, itemsize, direction, th.tile_bytes, queries.sms,
                                    queries.smem_limit(name))
 
