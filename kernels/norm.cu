@@ -186,10 +186,9 @@ __device__ __forceinline__ void for_each_value(const bw::Pack<T, N> (&packs)[P],
 // y = (v - mean) * rstd * gamma + beta, written as fma(fma(v, a, c), gamma, beta) with a = rstd and
 // c = -mean * rstd (v and mean shifted, so c is of the order of 1 and costs no accuracy);
 // RMSNorm: y = v * a * gamma.
-template <typename T, bool kRms, int N>
-__device__ __forceinline__ void store_normalized(T* dst, const float* v, float a, float c, const float* g,
-                                                 const float* b) {
-    float out[N];
+template <bool kRms, int N>
+__device__ __forceinline__ void normalize(const float* v, float a, float c, const float* g, const float* b,
+                                          float (&out)[N]) {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
         if constexpr (kRms) {
@@ -198,7 +197,59 @@ __device__ __forceinline__ void store_normalized(T* dst, const float* v, float a
             out[j] = fmaf(fmaf(v[j], a, c), g[j], b[j]);
         }
     }
+}
+
+template <typename T, bool kRms, int N>
+__device__ __forceinline__ void store_normalized(T* dst, const float* v, float a, float c, const float* g,
+                                                 const float* b) {
+    float out[N];
+    normalize<kRms, N>(v, a, c, g, b, out);
     Narrow<T>::template store<N>(out, dst);
+}
+
+// The 32-bit words of a pack (or packs): where the compiler may not see through them.
+template <typename T, int N>
+__device__ __forceinline__ unsigned int* words_of(bw::Pack<T, N>& pack) {
+    static_assert(sizeof(T) * N % 4 == 0, "whole 32-bit words");
+    return reinterpret_cast<unsigned int*>(&pack);
+}
+
+// Replaces the elements of `pack` outside [lo, hi) with `neutral`, a 32-bit word at a time (an
+// element at a time, the compiler split the packs into 16-bit pieces held in more registers).
+template <typename T, int N>
+__device__ __forceinline__ void keep_only(bw::Pack<T, N>& pack, int lo, int hi, T neutral) {
+    constexpr int E = 4 / sizeof(T);  // elements a word
+    unsigned int fill;
+    if constexpr (E == 1) {
+        memcpy(&fill, &neutral, 4);
+    } else {
+        unsigned short h;
+        memcpy(&h, &neutral, 2);
+        fill = h | (static_cast<unsigned int>(h) << 16);
+    }
+    unsigned int* w = words_of(pack);
+#pragma unroll
+    for (int i = 0; i < N / E; ++i) {
+        unsigned int keep = 0;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int j = i * E + e;
+            if (j >= lo && j < hi) keep |= E == 1 ? 0xffffffffu : 0xffffu << (16 * e);
+        }
+        w[i] = (w[i] & keep) | (fill & ~keep);
+    }
+}
+
+// Makes the packs' words opaque to the compiler: a value converted from them before cannot be
+// reused after, so a pass over them converts again instead of holding every float in registers.
+template <typename T, int N, int P>
+__device__ __forceinline__ void opaque(bw::Pack<T, N> (&packs)[P]) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        unsigned int* w = words_of(packs[p]);
+#pragma unroll
+        for (int i = 0; i < static_cast<int>(sizeof(T)) * N / 4; ++i) asm volatile("" : "+r"(w[i]));
+    }
 }
 
 // Asynchronous 16-byte copy global -> shared (sm_80+): the data bypasses the registers, so a
@@ -882,14 +933,25 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // SM. Statistics: the shifted two-pass sums of the tile tier (the mean of x - K, then the squares
 // about it), reduced over the row's threads.
 // =============================================================================================
-// Blocks an SM the group kernels (W < B) are built for: left free, the compiler gave them 96-114
-// registers, four 128-thread blocks an SM, and Nsight Compute found LayerNorm at 129 columns
-// waiting on memory with no warp eligible in 55% of cycles (H100). Seven blocks cap them at 72
-// registers, with no spills. A block a row keeps one (its P x B shapes hold the row in registers).
-constexpr int kSpanGroupMinBlocks = 7;
+// Blocks an SM norm_span_rows is built for. The groups (W < B) stop at seven 128-thread blocks:
+// left free, the compiler gave them 96-114 registers, four blocks an SM, and Nsight Compute found
+// LayerNorm at 129 columns waiting on memory with no warp eligible in 55% of cycles (H100); seven
+// cap them at 72. LayerNorm's kernels are bounded by their packs (4 registers each) plus what ptxas
+// gave them besides, left free, before their edge packs took the same arithmetic as the others (64
+// registers a block a row, 54 a group): left free since, it took 8-16 more at blocks of 32 to 128
+// threads, and 74 for a group's five packs. RMSNorm's block-a-row kernels are left free.
+constexpr int kSpanGroupMaxBlocks = 7;
+
+constexpr int span_min_blocks(bool rms, int packs, int width, int block) {
+    const bool group = width < block;
+    if (rms) return group ? kSpanGroupMaxBlocks : 1;
+    const int blocks = 65536 / (block * (4 * packs + (group ? 54 : 64)));
+    const int most = group ? kSpanGroupMaxBlocks : 32;
+    return blocks < 1 ? 1 : (blocks > most ? most : blocks);
+}
 
 template <typename T, bool kRms, int P, int W, int B>
-__global__ void __launch_bounds__(B, W == B ? 1 : kSpanGroupMinBlocks)
+__global__ void __launch_bounds__(B, span_min_blocks(kRms, P, W, B))
 norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
                int cols, float eps) {
@@ -964,17 +1026,36 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 held_lead = lead;
             }
         }
-        // Calls f(v) for every element of the row this thread holds: a pack inside the row without
-        // a test per element, the two edge packs element by element.
-        auto for_each = [&](auto&& f) {
+        // LayerNorm: the row's two edge packs hold elements of the neighbouring rows; they become
+        // the row's first value K (so x - K is 0, and the squares are corrected below), and every
+        // pack then takes the same arithmetic. Tested element by element in each of its passes
+        // instead, the edges cost a branch a pass and about a third of a 1023-column row's
+        // instructions (LayerNorm 3-6 points of copy at odd widths, H100). RMSNorm, one pass, keeps
+        // the tests: there the uniform passes cost it 3-5 points at 1023-4097 columns.
+        const float k = kRms ? 0.0f : bw::to_float(xr[0]);
+        if constexpr (!kRms) {
+            const T neutral = bw::from_float<T>(k);  // x[row, 0] again: a float holds every T exactly
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-                const int k = t + p * W;
-                if (k >= span) continue;
-                const int first = k * N - lead;
+                const int first = (t + p * W) * N - lead;
+                if (t + p * W < span && (first < 0 || first + N > cols)) {
+                    normk::keep_only(raw[p], max(-first, 0), min(cols - first, N), neutral);
+                }
+            }
+        }
+        // Calls f(v) for every element of the row this thread holds (LayerNorm: the neutral ones
+        // too). LayerNorm converts the packs again each pass: kept as floats across passes, they
+        // took up to 50 more registers.
+        auto for_each = [&](auto&& f) {
+            if constexpr (!kRms) normk::opaque(raw);
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                const int kp = t + p * W;
+                if (kp >= span) continue;
+                const int first = kp * N - lead;
                 float v[N];
                 normk::to_floats(raw[p], v);
-                if (first >= 0 && first + N <= cols) {
+                if (!kRms || (first >= 0 && first + N <= cols)) {
 #pragma unroll
                     for (int j = 0; j < N; ++j) f(v[j]);
                 } else {
@@ -985,7 +1066,6 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 }
             }
         };
-        const float k = kRms ? 0.0f : bw::to_float(xr[0]);
         float mean = 0.0f, rstd;
         if constexpr (kRms) {
             float ss = 0.0f;
@@ -1000,12 +1080,16 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 const float d = (v - k) - mean;
                 m2 = fmaf(d, d, m2);
             });
-            rstd = rsqrtf(reduce(m2) / fcols + eps);
+            // Each of the span's span * N - cols neutral values added (0 - mean)^2.
+            const float neutrals = static_cast<float>(span * N - cols);
+            m2 = fmaxf(reduce(m2) - neutrals * mean * mean, 0.0f);
+            rstd = rsqrtf(m2 / fcols + eps);
             if (t == 0 && live) mean_out[row] = k + mean;
         }
         if (t == 0 && live) rstd_out[row] = rstd;
         const float offset = -mean * rstd;
         const bool shifted = W == B || lead == block_lead;  // gamma and beta from shared memory
+        if constexpr (!kRms) normk::opaque(raw);
         T* yr = y + static_cast<i64>(row) * cols;
         PackT* ys = reinterpret_cast<PackT*>(yr - lead);
 #pragma unroll
@@ -1031,14 +1115,25 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 #pragma unroll
                 for (int j = 0; j < N; ++j) f[j] -= k;
             }
-            if (first >= 0 && first + N <= cols) {
-                normk::store_normalized<T, kRms, N>(reinterpret_cast<T*>(ys + kp), f, rstd, offset, g, b);
-            } else {  // an edge pack: only this row's elements
+            if constexpr (kRms) {
+                if (first >= 0 && first + N <= cols) {
+                    normk::store_normalized<T, kRms, N>(reinterpret_cast<T*>(ys + kp), f, rstd, offset, g, b);
+                } else {  // an edge pack: only this row's elements
 #pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    const int c = first + j;
-                    if (c >= 0 && c < cols)
-                        yr[c] = bw::from_float<T>(kRms ? f[j] * rstd * g[j] : fmaf(fmaf(f[j], rstd, offset), g[j], b[j]));
+                    for (int j = 0; j < N; ++j) {
+                        if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(f[j] * rstd * g[j]);
+                    }
+                }
+            } else {  // y for the whole pack, then the store: the edge packs' arithmetic as the others'
+                float out[N];
+                normk::normalize<kRms, N>(f, rstd, offset, g, b, out);
+                if (first >= 0 && first + N <= cols) {
+                    normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + kp));
+                } else {  // an edge pack: only this row's elements
+#pragma unroll
+                    for (int j = 0; j < N; ++j) {
+                        if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(out[j]);
+                    }
                 }
             }
         }
