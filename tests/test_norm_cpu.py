@@ -1,6 +1,7 @@
 """LayerNorm / RMSNorm on the CPU: byte models, tier choice, declared instantiations, the float64
-references, and the Welford + Chan statistics of kernels/norm.cu emulated in NumPy float32 on rows
-where E[x^2] - E[x]^2 cancels catastrophically."""
+references, and the statistics of kernels/norm.cu (Welford + Chan, the two-pass sums, the span_rows
+tier's neutral edge packs) emulated in NumPy float32 on rows where E[x^2] - E[x]^2 cancels
+catastrophically."""
 
 from __future__ import annotations
 
@@ -573,6 +574,87 @@ def test_constant_rows_give_rstd_of_eps(value):
     np.testing.assert_array_equal(shifted, 0)  # x - K is exactly 0: no rounding at all
     np.testing.assert_array_equal(mean, F32(value))
     np.testing.assert_allclose(rstd, 1 / math.sqrt(eps), rtol=1e-6)
+
+
+def neutral_edge_statistics(x: np.ndarray, lead: int, pack: int, lanes: int, eps: float, correct: bool = True):
+    """mean and rstd of every row of float32 x as norm_span_rows computes LayerNorm: the row sits
+    `lead` elements into the aligned span of packs that covers it, and the span's elements outside
+    the row (of the two edge packs) hold the row's first value K; lane t sums packs t, t + lanes,
+    ... of x - K, an xor butterfly sums the lanes; then the squares of (x - K) - mean' the same way,
+    less the (0 - mean')^2 that each neutral value added (`correct`)."""
+    rows, cols = x.shape
+    k = x[:, 0].copy()
+    span = -(-(lead + cols) // pack)
+    neutrals = span * pack - cols
+    padded = np.repeat(k[:, None], span * pack, axis=1)
+    padded[:, lead:lead + cols] = x
+    shifted_values = (padded - k[:, None]).astype(F32)  # the neutral ones exactly 0
+
+    def lane_sums(values):
+        sums = []
+        for lane in range(lanes):
+            acc = np.zeros(rows, F32)
+            for p in range(lane, span, lanes):
+                for j in range(pack):
+                    acc = (acc + values[:, p * pack + j]).astype(F32)
+            sums.append(acc)
+        mask = 1
+        while mask < lanes:
+            sums = [(sums[l] + sums[l ^ mask]).astype(F32) for l in range(lanes)]
+            mask *= 2
+        return sums[0]
+
+    shifted = (lane_sums(shifted_values) / F32(cols)).astype(F32)
+    centered = (shifted_values - shifted[:, None]).astype(F32)
+    m2 = lane_sums((centered * centered).astype(F32))
+    if correct:
+        m2 = np.maximum((m2 - (F32(neutrals) * shifted * shifted).astype(F32)).astype(F32), F32(0))
+    rstd = (1 / np.sqrt((m2 / F32(cols)).astype(F32) + F32(eps))).astype(F32)
+    return (k + shifted).astype(F32), rstd, centered[:, lead:lead + cols]
+
+
+def _first_value_far_rows(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Rows whose first value lies far out (x[0] = 1e4, the rest N(0, 1)): the mean of x - K is
+    about -1e4 / cols, the largest the neutral values' correction can be against the squares."""
+    x = np.random.default_rng(seed).standard_normal((rows, cols)).astype(F32)
+    x[:, 0] = 1e4
+    return x
+
+
+@pytest.mark.parametrize("cols,pack,lanes", [(1023, 8, 32), (1025, 8, 32), (4097, 8, 128), (577, 8, 16),
+                                             (129, 8, 4), (1023, 4, 64)])
+def test_neutral_edge_packs_keep_the_statistics(cols, pack, lanes):
+    """norm_span_rows' LayerNorm at every offset within a pack: as accurate as the other tiers on
+    rows of mean 1e4 and std 1 and on rows whose first value is far out; without the correction
+    the neutral values' squares put rstd off on both."""
+    eps = 1e-5
+    for lead in range(pack):
+        x = _cancellation_rows(8, cols, seed=cols + lead)
+        mean, rstd, centered = neutral_edge_statistics(x, lead, pack, lanes, eps)
+        _check_against_float64(x, mean, rstd, centered, eps)
+        far = _first_value_far_rows(8, cols, seed=lead)
+        mean, rstd, centered = neutral_edge_statistics(far, lead, pack, lanes, eps)
+        ref_mean, ref_var = far.astype(np.float64).mean(1), far.astype(np.float64).var(1)
+        # K + mean' keeps float32's precision of K (1e4), not of the small mean: within 1e-5 of
+        # the spread, as in every tier that shifts by K.
+        np.testing.assert_allclose(mean, ref_mean, rtol=0, atol=1e-5 * np.sqrt(ref_var).min())
+        np.testing.assert_allclose(rstd, 1 / np.sqrt(ref_var + eps), rtol=1e-5, atol=0)
+        if (-(-(lead + cols) // pack)) * pack > cols:  # a span with neutral values
+            for rows in (x, far):
+                _, uncorrected, _ = neutral_edge_statistics(rows, lead, pack, lanes, eps, correct=False)
+                ref = 1 / np.sqrt(rows.astype(np.float64).var(1) + eps)
+                assert np.abs(uncorrected / ref - 1).max() > 1e-5
+
+
+@pytest.mark.parametrize("value", [0.0, -3.25, 1e4])
+def test_neutral_edge_packs_on_constant_rows(value):
+    x = np.full((4, 1023), value, F32)
+    eps = 1e-5
+    for lead in range(8):
+        mean, rstd, centered = neutral_edge_statistics(x, lead, 8, 32, eps)
+        np.testing.assert_array_equal(mean, F32(value))
+        np.testing.assert_array_equal(centered, 0)
+        np.testing.assert_allclose(rstd, 1 / math.sqrt(eps), rtol=1e-6)
 
 
 def test_chan_merge_identity_and_empty_lanes():
