@@ -512,6 +512,17 @@ def _check_against_float64(x, mean, rstd, centered, eps):
     return gamma, beta, ref_y
 
 
+def _xor_butterfly_sum(sums):
+    """The lanes' sums added in an xor butterfly, as the kernels' warp sums do (a + b and b + a are
+    the same float, so every lane ends with the same bits)."""
+    lanes = len(sums)
+    mask = 1
+    while mask < lanes:
+        sums = [(sums[l] + sums[l ^ mask]).astype(F32) for l in range(lanes)]
+        mask *= 2
+    return sums[0]
+
+
 def two_pass_statistics(x: np.ndarray, lanes: int, eps: float):
     """mean, rstd and the centered shifted values of float32 x, as norm_warp computes full rows:
     shift by x[:, 0]; each lane sums its columns lane, lane + lanes, ...; a butterfly sum over the
@@ -527,11 +538,7 @@ def two_pass_statistics(x: np.ndarray, lanes: int, eps: float):
             for c in range(lane, cols, lanes):
                 acc = (acc + values[:, c]).astype(F32)
             sums.append(acc)
-        mask = 1
-        while mask < lanes:  # xor butterfly: a + b and b + a are the same float
-            sums = [(sums[l] + sums[l ^ mask]).astype(F32) for l in range(lanes)]
-            mask *= 2
-        return sums[0]
+        return _xor_butterfly_sum(sums)
 
     shifted = (lane_sums(xs) / F32(cols)).astype(F32)
     centered = (xs - shifted[:, None]).astype(F32)
@@ -598,11 +605,7 @@ def neutral_edge_statistics(x: np.ndarray, lead: int, pack: int, lanes: int, eps
                 for j in range(pack):
                     acc = (acc + values[:, p * pack + j]).astype(F32)
             sums.append(acc)
-        mask = 1
-        while mask < lanes:
-            sums = [(sums[l] + sums[l ^ mask]).astype(F32) for l in range(lanes)]
-            mask *= 2
-        return sums[0]
+        return _xor_butterfly_sum(sums)
 
     shifted = (lane_sums(shifted_values) / F32(cols)).astype(F32)
     centered = (shifted_values - shifted[:, None]).astype(F32)
