@@ -22,10 +22,10 @@ def group_width(cols: int) -> int:
 
 
 LANE_ELEMENTS = (4, 8)
-"""Tile kernel instances (norm_tile, softmax_tile, softmax_grad_tile) whose lanes hold their part of a row, at
-most this many elements, in registers (rows of up to 128 and 256 columns); longer rows take the
-instance that reads the cached row at each pass. 16 took 126 registers in norm_tile (LayerNorm),
-two blocks an SM; 8 takes 56."""
+"""Tile kernel instances (norm_tile, softmax_tile, softmax_grad_tile) whose lanes hold their part
+of a row, at most this many elements, in registers (rows of up to 128 and 256 columns); longer rows
+take the instance that reads the cached row at each pass. 16 took 126 registers in norm_tile
+(LayerNorm), two blocks an SM; 8 takes 56."""
 
 
 def lane_elements(cols: int) -> int:
