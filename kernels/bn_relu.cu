@@ -395,10 +395,10 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 // finalize launch and no launch gaps. Needs (the host's fused_group_plan): spans of whole mask
 // words (group * HW and C * HW multiples of 32, so a block owns its words), HW >= V (a pack spans
 // at most two planes), at most R + held images a thread, and the grid resident at once.
-// Images past the R in registers wait in dynamic shared memory (`held` of them a thread, copied
-// with cp.async beside the register loads): registers alone hold too few images for a grid of
-// many groups (32x1024x14x14: 128 groups, 8 images a thread at 3 blocks an SM is 512 of 396
-// blocks), while an SM's shared memory holds as much again as its registers.
+// With kHeld, images past the R in registers wait in dynamic shared memory (`held_images` of them
+// a thread, copied with cp.async beside the register loads): registers alone hold too few images
+// for a grid of many groups (32x1024x14x14: 128 groups, 8 images a thread at 3 blocks an SM is 512
+// of 396 blocks), while an SM's shared memory holds as much again as its registers.
 // ---------------------------------------------------------------------------------------------
 
 // Blocks an SM the one-launch group kernels' bounds ask for: 4 (64 registers) where every instance
@@ -407,13 +407,14 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 template <bool kResidual, int R>
 constexpr int kGroupFusedBlocks = !kResidual && R <= 4 ? 4 : 3;
 
-template <typename T, bool kResidual, int R>
+template <typename T, bool kResidual, int R, bool kHeld = false>
 __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_relu_fused_nchw_groups(
         const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
         const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
         T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int N, int C,
-        int HW, int group, int held) {
+        int HW, int group, int held_images) {
     constexpr int V = bw::Pack16<T>::size;
+    const int held = kHeld ? held_images : 0;  // the instance without held images keeps none of their code
     constexpr int G = 32 / V;
     using P = bw::Pack<T, V>;
     const GroupSpan g = group_span<V>(C, HW, group);

@@ -616,6 +616,11 @@ def test_group_kernels_are_declared_for_each_direction_and_instance():
                 names = bn_relu.group_fused_kernels(direction, ctype, residual)
                 assert set(names) == set(bn_relu.GROUP_IMAGES[(direction, residual)])
                 assert all(name in bn_relu.KERNELS for name in names.values())
+                held = bn_relu.group_held_kernel(direction, ctype, residual)
+                assert (held is None) == (direction == "backward") and held not in names.values()
+                for way in bn_relu.group_instances(direction, residual):
+                    kernel = bn_relu.group_way_kernel(direction, ctype, residual, way)
+                    assert kernel in bn_relu.KERNELS and (kernel == held) == (way[1] > 0)
 
 
 def test_one_launch_wins_is_timed_once_and_never_during_capture(monkeypatch):

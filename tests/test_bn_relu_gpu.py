@@ -316,6 +316,7 @@ def test_group_kernel_holds_images_in_shared_memory_where_registers_are_too_few(
     module, device = launcher.load(launcher.SOURCE), torch.cuda.current_device()
     spec = launcher.group_launch(module, "forward", "half_t", (32, 1024, 14, 14), False, device)
     assert spec is not None and spec.args[1] > 0 and spec.shared_mem == launcher.group_held_bytes(spec.args[1], False)
+    assert spec.kernel == launcher.group_held_kernel("forward", "half_t", False)
     assert spec.blocks <= launcher._wave(module.kernel(spec.kernel), device, spec.shared_mem)
 
 

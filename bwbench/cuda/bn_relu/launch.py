@@ -39,7 +39,6 @@ from bwbench.cuda.bn_relu.plan import (
     _TYPES,
     BLOCK,
     CACHE_SLOT_BYTES,
-    GROUP_HELD_R,
     KERNELS,
     MAX_ELEMENTS,
     MERGE_GROUP,
@@ -52,10 +51,11 @@ from bwbench.cuda.bn_relu.plan import (
     fused_grid,
     fused_group_plan,
     fused_nhwc_scratch_bytes,
-    group_fused_kernels,
     group_grid,
     group_held_bytes,
+    group_held_kernel,
     group_instances,
+    group_way_kernel,
     nhwc_regs_kernels,
     nhwc_regs_plan,
     one_launch_by_default,
@@ -298,21 +298,21 @@ def group_launch(module, direction: str, ctype: str, shape, residual: bool, devi
     pack = _TYPES[ctype]
     key = ("groups", direction, ctype, residual, device, n, c, h * w)
     if key not in PLANS:
-        names = group_fused_kernels(direction, ctype, residual)
         ways = group_instances(direction, residual)
-        if any(held for _, held in ways):
-            limit = allow_all_dynamic_shared_memory(module.kernel(names[GROUP_HELD_R]), device)
+        held_kernel = group_held_kernel(direction, ctype, residual)
+        if held_kernel is not None:
+            limit = allow_all_dynamic_shared_memory(module.kernel(held_kernel), device)
             ways = [(r, held) for r, held in ways if group_held_bytes(held, residual) <= limit]
-        waves = {(r, held): _wave(module.kernel(names[r]), device, group_held_bytes(held, residual))
-                 for r, held in ways}
+        waves = {way: _wave(module.kernel(group_way_kernel(direction, ctype, residual, way)), device,
+                            group_held_bytes(way[1], residual)) for way in ways}
         found = fused_group_plan(n, c, h * w, pack, waves)
         if found is None:
             PLANS[key] = None
         else:
             group, groups, splits, r, held = found
             args = (group, held) if direction == "forward" else (group,)  # the backward holds none
-            PLANS[key] = Launch(names[r], (groups, splits), (BLOCK,), group_held_bytes(held, residual),
-                                cooperative=True, args=args,
+            PLANS[key] = Launch(group_way_kernel(direction, ctype, residual, (r, held)), (groups, splits), (BLOCK,),
+                                group_held_bytes(held, residual), cooperative=True, args=args,
                                 tier="one-launch groups" + (f", {held} images held" if held else ""))
     return PLANS[key]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "fused_group_plan",
-           "group_fused_kernels", "group_grid", "group_held_bytes", "group_instances", "nhwc_regs_kernels",
-           "nhwc_regs_plan",           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
+           "group_fused_kernels", "group_grid", "group_held_bytes", "group_held_kernel", "group_instances",
+           "group_way_kernel", "nhwc_regs_kernels", "nhwc_regs_plan",           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
 BLOCK = 256  # bnr::kBlock
@@ -52,6 +52,21 @@ def group_fused_kernels(direction: str, ctype: str, residual: bool) -> dict[int,
     """R -> the name of the one-launch group kernel holding R images a thread in registers."""
     return {r: f"bnr::{_GROUP_KERNEL[direction]}<{ctype}, {str(residual).lower()}, {r}>"
             for r in GROUP_IMAGES[(direction, residual)]}
+
+
+def group_held_kernel(direction: str, ctype: str, residual: bool) -> str | None:
+    """The one-launch group kernel holding GROUP_HELD_R images a thread in registers and more in
+    shared memory (an instance of its own: the register-only one keeps none of that code), or None
+    where the direction holds none."""
+    if not GROUP_HELD_IMAGES[direction]:
+        return None
+    return f"bnr::{_GROUP_KERNEL[direction]}<{ctype}, {str(residual).lower()}, {GROUP_HELD_R}, true>"
+
+
+def group_way_kernel(direction: str, ctype: str, residual: bool, way: tuple[int, int]) -> str:
+    """The kernel of one way (R, held) of group_instances."""
+    r, held = way
+    return group_held_kernel(direction, ctype, residual) if held else group_fused_kernels(direction, ctype, residual)[r]
 
 
 def group_instances(direction: str, residual: bool) -> list[tuple[int, int]]:
@@ -92,6 +107,7 @@ KERNELS = (
     *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
       for name in (f"bnr::{_GROUP_KERNEL[direction]}<{t}, {str(res).lower()}, {r}>" for r in
                    GROUP_IMAGES[(direction, res)])),
+    *(name for t in _TYPES for res in (False, True) if (name := group_held_kernel("forward", t, res))),
     *(name for t in _TYPES for res in (False, True) for name in nhwc_regs_kernels(t, res).values()),
 )
 """Every kernel of kernels/bn_relu.cu the launcher names."""
