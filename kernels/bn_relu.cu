@@ -394,7 +394,11 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 // the elementwise pass from its registers: x (dy, the mask and x) crosses DRAM once, with no
 // finalize launch and no launch gaps. Needs (the host's fused_group_plan): spans of whole mask
 // words (group * HW and C * HW multiples of 32, so a block owns its words), HW >= V (a pack spans
-// at most two planes), at most R images a thread, and the grid resident at once.
+// at most two planes), at most R + held images a thread, and the grid resident at once.
+// With kHeld, images past the R in registers wait in dynamic shared memory (`held_images` of them
+// a thread, copied with cp.async beside the register loads): registers alone hold too few images
+// for a grid of many groups (32x1024x14x14: 128 groups, 8 images a thread at 3 blocks an SM is 512
+// of 396 blocks), while an SM's shared memory holds as much again as its registers.
 // ---------------------------------------------------------------------------------------------
 
 // Blocks an SM the one-launch group kernels' bounds ask for: 4 (64 registers) where every instance
@@ -403,13 +407,14 @@ __global__ void __launch_bounds__(kBlock, 3) bn_relu_backward_fused_nhwc(
 template <bool kResidual, int R>
 constexpr int kGroupFusedBlocks = !kResidual && R <= 4 ? 4 : 3;
 
-template <typename T, bool kResidual, int R>
+template <typename T, bool kResidual, int R, bool kHeld = false>
 __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_relu_fused_nchw_groups(
         const T* __restrict__ x, const T* __restrict__ z, const float* __restrict__ gamma,
         const float* __restrict__ beta, float eps, float* __restrict__ mean, float* __restrict__ invstd,
         T* __restrict__ y, unsigned* __restrict__ words, float* __restrict__ ws, unsigned* bar, int N, int C,
-        int HW, int group) {
+        int HW, int group, int held_images) {
     constexpr int V = bw::Pack16<T>::size;
+    const int held = kHeld ? held_images : 0;  // the instance without held images keeps none of their code
     constexpr int G = 32 / V;
     using P = bw::Pack<T, V>;
     const GroupSpan g = group_span<V>(C, HW, group);
@@ -418,12 +423,24 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
     int j0, split;
     span_channels(t, V, HW, g.channels, j0, split);
     const int step = S * g.image_packs, p0 = s * g.image_packs + g.first_pack + t;
+    // Held image R + h of thread t: x at held_x[h * kBlock + t], z at held_z[h * kBlock + t].
+    extern __shared__ XCache bnr_x_cache[];
+    XCache* held_x = bnr_x_cache;
+    XCache* held_z = bnr_x_cache + (kResidual ? held * kBlock : 0);
+    __shared__ float2 pair_scratch[2 * kBlock];  // phase A's pair sums, then phase B's coefficients
     P xp[R], zp[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {  // every image of the split in flight at once
         if (active && s + r * S < N) {
             xp[r] = *reinterpret_cast<const P*>(x + (p0 + r * step) * V);
             if constexpr (kResidual) zp[r] = *reinterpret_cast<const P*>(z + (p0 + r * step) * V);
+        }
+    }
+    for (int h = 0; h < held; ++h) {
+        const int r = R + h;
+        if (active && s + r * S < N) {
+            bw::tile::copy16_async(&held_x[h * kBlock + t], x + (p0 + r * step) * V);
+            if constexpr (kResidual) bw::tile::copy16_async(&held_z[h * kBlock + t], z + (p0 + r * step) * V);
         }
     }
     {  // phase A: shifted sums of the thread's two channels, added up per channel
@@ -433,19 +450,27 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (active && s + r * S < N) add_shifted<T, V>(xp[r], split, lo, hi, a, b);
+        if (held > 0) bw::tile::wait_copies();  // this thread's own copies: no barrier needed
+        for (int h = 0; h < held; ++h)
+            if (active && s + (R + h) * S < N)
+                add_shifted<T, V>(*reinterpret_cast<const P*>(&held_x[h * kBlock + t]), split, lo, hi, a, b);
         // The partials stay plain sums (every block shifts a channel by the same K), as in the
         // NHWC register kernel: the channel's state is formed once, in phase B.
         group_pair_sums<V>(a, b, g, HW, [&](int j, float sa, float sb) {
             ws[s * C + g.c0 + j] = sa;
             ws[s * C + g.c0 + j + S * C] = sb;
-        });
+        }, pair_scratch);
     }
-    grid_sync(bar, gridDim.x * gridDim.y);
+    grid_sync(bar, gridDim.x * gridDim.y);  // also a block barrier: pair_scratch is free again
 
     // Phase B: this group's channels from all S partials, 32 a round (sum_channel_round: whole
     // sectors; a warp per channel read one sector a lane, and every block of the group repeats the
     // merge: 48 MB of L2 traffic for a 1.6 MB tensor at 32x512x7x7).
-    __shared__ FwdCoef group_coef[kBlock];  // group <= kBlock * V / HW <= kBlock channels (HW >= V)
+    // group <= kBlock * V / HW <= kBlock channels (HW >= V), in phase A's scratch: static shared
+    // memory is taken from the held images (with coefficients of their own, four blocks of 12 held
+    // images were 64 bytes over an H100 SM's 228 KiB).
+    static_assert(sizeof(FwdCoef) * kBlock <= sizeof(float2) * 2 * kBlock, "the coefficients fit the scratch");
+    FwdCoef* group_coef = reinterpret_cast<FwdCoef*>(pair_scratch);
     for (int first = 0; first < g.channels; first += kChannelsPerRound) {
         const float2 sums = sum_channel_round(ws, S, C, g.c0 + first, g.channels - first);  // thread t < 32: channel first + t
         if (t < kChannelsPerRound && first + t < g.channels) {
@@ -461,11 +486,9 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
     }
     __syncthreads();
 
-    // Phase C: y and the mask words from the registers.
+    // Phase C: y and the mask words from the registers, then from the held images.
     const FwdCoef lo = group_coef[j0], hi = split < V ? group_coef[j0 + 1] : lo;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        if (s + r * S >= N) break;  // the same for the whole block: the group OR below sees every lane
+    auto emit = [&](int r, const P& xv, const P& zv) {
         const int off = (p0 + r * step) * V;
         unsigned b = 0;
         if (active) {
@@ -473,8 +496,8 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 const bool first = k < split;
-                float p = fmaf(bw::to_float(xp[r].v[k]) - (first ? lo.m : hi.m), first ? lo.a : hi.a, first ? lo.b : hi.b);
-                if constexpr (kResidual) p += bw::to_float(zp[r].v[k]);
+                float p = fmaf(bw::to_float(xv.v[k]) - (first ? lo.m : hi.m), first ? lo.a : hi.a, first ? lo.b : hi.b);
+                if constexpr (kResidual) p += bw::to_float(zv.v[k]);
                 b |= (p > 0.0f ? 1u : 0u) << k;
                 yv[k] = p > 0.0f ? bw::from_float<T>(p) : bw::from_float<T>(0.0f);
             }
@@ -482,6 +505,18 @@ __global__ void __launch_bounds__(kBlock, kGroupFusedBlocks<kResidual, R>) bn_re
         }
         const unsigned word = bw::group_or<G>(b << ((lane * V) & 31));
         if (active && (lane & (G - 1)) == 0) words[off >> 5] = word;  // the span ends on a word: the word's lanes are active
+    };
+    // Each loop stops where the image is past N, the same for the whole block: the group OR sees
+    // every lane.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (s + r * S >= N) break;
+        emit(r, xp[r], zp[r]);
+    }
+    for (int h = 0; h < held && s + (R + h) * S < N; ++h) {
+        P zv;
+        if constexpr (kResidual) zv = *reinterpret_cast<const P*>(&held_z[h * kBlock + t]);
+        emit(R + h, *reinterpret_cast<const P*>(&held_x[h * kBlock + t]), zv);
     }
 }
 

@@ -551,10 +551,14 @@ __device__ __forceinline__ void add_masked_grad(const bw::Pack<T, V>& g, const b
 // first channel's, b = the next channel's where the pack crosses into it, else zero): warp w adds up
 // channels w, w + 8, ... of the group over the packs that overlap each, and lane 0 calls out(j, total
 // .x, total .y) for channel j. A pack overlapping channel j starts in it (its a) or in channel j - 1
-// (its b; H*W >= V). Every thread calls it; the order is fixed.
+// (its b; H*W >= V). Every thread calls it; the order is fixed. `scratch`: 2 * kBlock float2 of
+// shared memory, the caller's (the one launch reuses them once this returns and the block has
+// synchronized).
 template <int V, typename Out>
-__device__ __forceinline__ void group_pair_sums(float2 a, float2 b, const GroupSpan& g, int HW, Out out) {
-    __shared__ float2 first_sums[kBlock], second_sums[kBlock];
+__device__ __forceinline__ void group_pair_sums(float2 a, float2 b, const GroupSpan& g, int HW, Out out,
+                                                float2* scratch) {
+    float2* first_sums = scratch;
+    float2* second_sums = scratch + kBlock;
     const int t = static_cast<int>(threadIdx.x), lane = t & 31, warp = t >> 5;
     if (t < g.packs) {
         first_sums[t] = a;
@@ -573,6 +577,12 @@ __device__ __forceinline__ void group_pair_sums(float2 a, float2 b, const GroupS
         total.y = warp_sum_strided(total.y, 1);
         if (lane == 0) out(j, total.x, total.y);
     }
+}
+
+template <int V, typename Out>
+__device__ __forceinline__ void group_pair_sums(float2 a, float2 b, const GroupSpan& g, int HW, Out out) {
+    __shared__ float2 scratch[2 * kBlock];
+    group_pair_sums<V>(a, b, g, HW, out, scratch);
 }
 
 template <typename T>

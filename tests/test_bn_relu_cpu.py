@@ -544,29 +544,69 @@ def test_nhwc_regs_kernels_are_declared():
             assert all(name in bn_relu.KERNELS for name in names.values())
 
 
-@pytest.mark.parametrize("shape,pack", [((32, 2048, 7, 7), 8), ((32, 512, 7, 7), 8), ((32, 256, 14, 14), 8),
-                                        ((7, 2048, 5, 5), 8), ((16, 64, 5, 5), 4), ((48, 2048, 7, 7), 8),
-                                        ((12, 64, 3, 3), 4)])
-def test_fused_group_plan_owns_whole_mask_words_and_fits_one_wave(shape, pack):
+def _group_waves(direction: str = "forward", residual: bool = False, sms: int = 132) -> dict[tuple[int, int], int]:
+    """(R, held) -> blocks resident, as an H100 would answer: the register instances' bounds (4
+    blocks an SM at R = 4 without z, else 3) and 228 KiB of shared memory an SM, 1 KiB of it
+    reserved a block beside the block's static 5136 bytes and its held packs."""
+    waves = {}
+    for r, held in bn_relu.group_instances(direction, residual):
+        by_registers = 4 if r == 4 and not residual else 3
+        by_shared = 228 * 1024 // (bn_relu.group_held_bytes(held, residual) + 5136 + 1024)
+        waves[(r, held)] = sms * min(by_registers, by_shared)
+    return waves
+
+
+_HELD_BY_BOTH = [((32, 2048, 7, 7), 8), ((32, 512, 7, 7), 8), ((32, 256, 14, 14), 8), ((7, 2048, 5, 5), 8),
+                 ((16, 64, 5, 5), 4), ((48, 2048, 7, 7), 8), ((12, 64, 3, 3), 4), ((32, 1024, 14, 14), 8),
+                 ((37, 512, 14, 14), 8)]
+_HELD_WITHOUT_Z = [((64, 1024, 14, 14), 8), ((96, 2048, 7, 7), 8)]  # z's packs too leave too few blocks
+
+
+@pytest.mark.parametrize("shape,pack,residual", [(*case, False) for case in _HELD_BY_BOTH + _HELD_WITHOUT_Z] +
+                         [(*case, True) for case in _HELD_BY_BOTH])
+def test_fused_group_plan_owns_whole_mask_words_and_fits_one_wave(shape, pack, residual):
     n, c, h, w = shape
     hw = h * w
-    waves = {4: 528, 8: 396}
-    group, groups, splits, r = bn_relu.fused_group_plan(n, c, hw, pack, waves)
+    waves = _group_waves("forward", residual)
+    group, groups, splits, r, held = bn_relu.fused_group_plan(n, c, hw, pack, waves)
     assert (group * hw) % 32 == 0 and (c * hw) % 32 == 0  # every span starts and ends on a mask word
     assert group * hw <= bn_relu.BLOCK * pack and hw >= pack  # a pack a thread, two planes at most
-    assert groups == -(-c // group) and groups * splits <= waves[r]  # resident at once
-    assert -(-n // splits) <= r  # the thread's images fit its registers
-    assert r == min(k for k in waves if -(-n // min(n, waves[k] // groups)) <= k)  # fewest images that fit
+    assert groups == -(-c // group) and groups * splits <= waves[(r, held)]  # resident at once
+    assert -(-n // splits) <= r + held  # the thread's images fit its registers and shared memory
+    fits = [way for way in waves if waves[way] >= groups and -(-n // min(n, waves[way] // groups)) <= sum(way)]
+    assert r + held == min(sum(way) for way in fits)  # fewest images that fit
+    assert held == min(way[1] for way in fits if sum(way) == r + held)  # registers first
 
 
-@pytest.mark.parametrize("shape,pack", [((32, 1024, 14, 14), 8),  # 128 groups: more than one wave at 8 images
+def test_fused_group_plan_holds_images_in_shared_memory_where_registers_are_too_few():
+    """ResNet-50's 14x14 stage at batch 32: 128 groups of 8 channels. Four images a thread fit
+    528 blocks, 8 splits of 4 images, 1024 blocks; eight in registers fit 396, 3 splits of 11.
+    Four in registers and four in shared memory (16 KiB a block) fit 4 splits, 512 blocks."""
+    assert bn_relu.fused_group_plan(32, 1024, 196, 8, _group_waves()) == (8, 128, 4, 4, 4)
+    assert bn_relu.group_held_bytes(4, False) == 4 * bn_relu.BLOCK * 16
+    assert bn_relu.group_held_bytes(4, True) == 2 * 4 * bn_relu.BLOCK * 16
+    # The backward holds none: its ways are its register instances.
+    assert all(held == 0 for _, held in bn_relu.group_instances("backward", False))
+    assert bn_relu.fused_group_plan(32, 1024, 196, 8, _group_waves("backward")) is None
+    for (n, c, h, w), pack in _HELD_WITHOUT_Z:  # with z, twice the shared memory a held image
+        assert bn_relu.fused_group_plan(n, c, h * w, pack, _group_waves("forward", True)) is None
+
+
+def test_group_instances_order_fewest_images_then_registers():
+    ways = bn_relu.group_instances("forward", False)
+    assert ways[0] == (4, 0) and len(set(ways)) == len(ways)
+    assert ways.index((8, 0)) < ways.index((4, 4)) and ways.index((4, 3)) < ways.index((8, 0))
+    assert max(sum(way) for way in ways) == bn_relu.GROUP_HELD_R + bn_relu.GROUP_HELD_IMAGES["forward"]
+
+
+@pytest.mark.parametrize("shape,pack", [((256, 1024, 14, 14), 8),  # 128 groups: 8 splits of 32 images exceed a wave
                                         ((32, 1000, 7, 7), 8),  # C no multiple of 32: spans off the words
                                         ((16, 333, 13, 13), 8), ((5, 24, 1, 1), 8),  # a pack over many planes
                                         ((8, 64, 7, 8), 8),  # whole packs: the per-channel one launch
                                         ((4, 64, 7, 7), 4)])  # 32 float planes of 49 exceed a block
 def test_fused_group_plan_leaves_what_it_cannot_hold(shape, pack):
     n, c, h, w = shape
-    assert bn_relu.fused_group_plan(n, c, h * w, pack, {4: 528, 8: 396}) is None
+    assert bn_relu.fused_group_plan(n, c, h * w, pack, _group_waves()) is None
 
 
 def test_group_kernels_are_declared_for_each_direction_and_instance():
@@ -576,6 +616,11 @@ def test_group_kernels_are_declared_for_each_direction_and_instance():
                 names = bn_relu.group_fused_kernels(direction, ctype, residual)
                 assert set(names) == set(bn_relu.GROUP_IMAGES[(direction, residual)])
                 assert all(name in bn_relu.KERNELS for name in names.values())
+                held = bn_relu.group_held_kernel(direction, ctype, residual)
+                assert (held is None) == (direction == "backward") and held not in names.values()
+                for way in bn_relu.group_instances(direction, residual):
+                    kernel = bn_relu.group_way_kernel(direction, ctype, residual, way)
+                    assert kernel in bn_relu.KERNELS and (kernel == held) == (way[1] > 0)
 
 
 def test_one_launch_wins_is_timed_once_and_never_during_capture(monkeypatch):

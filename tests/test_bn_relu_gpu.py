@@ -265,7 +265,10 @@ def test_nchw_plane_groups_and_channel_walk_both_match_reference(shape, dtype, d
 # The one-launch group kernels: several groups, one group, N = 2 and 67 images (R = 1), 4 and 8
 # images a thread (64x2048x5x5, 48x2048x7x7 in float16), planes of 9, 25, 49, 100 and 196 values
 FUSED_GROUP_SHAPES = [(67, 64, 7, 7), (2, 2048, 7, 7), (3, 96, 7, 7), (9, 64, 5, 5), (40, 32, 10, 10),
-                      (6, 48, 14, 14), (12, 64, 3, 3), (64, 2048, 5, 5), (48, 2048, 7, 7)]
+                      (6, 48, 14, 14), (12, 64, 3, 3), (64, 2048, 5, 5), (48, 2048, 7, 7),
+                      (32, 1024, 14, 14), (37, 512, 14, 14), (150, 2048, 5, 5), (64, 1024, 14, 14)]
+"""The last four hold images in shared memory beside the registers (the forward, float16): 4, 1, 6
+and 12 of them a thread on an H100, the last split's images fewer than the others' in two."""
 
 
 @pytest.mark.parametrize("variant", ["bn_relu", "bn_add_relu"])
@@ -303,6 +306,18 @@ def test_one_launch_group_kernels_match_reference(shape, dtype, direction, varia
         assert ran == ([True] if expected and fused is not False else []), (fused, ran)
         ok, message = MOD.check(case, inputs, out)
         assert ok, f"{case} fused={fused}: {message}"
+
+
+def test_group_kernel_holds_images_in_shared_memory_where_registers_are_too_few():
+    """ResNet-50's 14x14 stage at batch 32 takes the one launch in float16, with images of each
+    thread waiting in shared memory (the check of its results is the test above)."""
+    from bwbench.cuda.bn_relu import launch as launcher
+
+    module, device = launcher.load(launcher.SOURCE), torch.cuda.current_device()
+    spec = launcher.group_launch(module, "forward", "half_t", (32, 1024, 14, 14), False, device)
+    assert spec is not None and spec.args[1] > 0 and spec.shared_mem == launcher.group_held_bytes(spec.args[1], False)
+    assert spec.kernel == launcher.group_held_kernel("forward", "half_t", False)
+    assert spec.blocks <= launcher._wave(module.kernel(spec.kernel), device, spec.shared_mem)
 
 
 # The one-launch NHWC register kernel: ResNet-50's small stages (64 and 16 tiles, several splits; in

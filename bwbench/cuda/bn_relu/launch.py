@@ -51,8 +51,11 @@ from bwbench.cuda.bn_relu.plan import (
     fused_grid,
     fused_group_plan,
     fused_nhwc_scratch_bytes,
-    group_fused_kernels,
     group_grid,
+    group_held_bytes,
+    group_held_kernel,
+    group_instances,
+    group_way_kernel,
     nhwc_regs_kernels,
     nhwc_regs_plan,
     one_launch_by_default,
@@ -144,13 +147,14 @@ def _aligned(*tensors) -> bool:
 _WAVES: dict[tuple[str, int], int] = {}
 
 
-def _wave(kernel, device: int) -> int:
-    """Blocks of BLOCK threads of `kernel` resident on the whole GPU at once (asked once)."""
-    key = (kernel.name, device)
+def _wave(kernel, device: int, shared_mem: int = 0) -> int:
+    """Blocks of BLOCK threads of `kernel` with `shared_mem` bytes of dynamic shared memory resident
+    on the whole GPU at once (asked once)."""
+    key = (kernel.name, device, shared_mem)
     wave = _WAVES.get(key)
     if wave is None:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        wave = _WAVES[key] = sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, 0, device))
+        wave = _WAVES[key] = sms * max(1, max_active_blocks_per_sm(kernel, BLOCK, shared_mem, device))
     return wave
 
 
@@ -294,11 +298,22 @@ def group_launch(module, direction: str, ctype: str, shape, residual: bool, devi
     pack = _TYPES[ctype]
     key = ("groups", direction, ctype, residual, device, n, c, h * w)
     if key not in PLANS:
-        names = group_fused_kernels(direction, ctype, residual)
-        waves = {r: _wave(module.kernel(name), device) for r, name in names.items()}
+        ways = group_instances(direction, residual)
+        held_kernel = group_held_kernel(direction, ctype, residual)
+        if held_kernel is not None:
+            limit = allow_all_dynamic_shared_memory(module.kernel(held_kernel), device)
+            ways = [(r, held) for r, held in ways if group_held_bytes(held, residual) <= limit]
+        waves = {way: _wave(module.kernel(group_way_kernel(direction, ctype, residual, way)), device,
+                            group_held_bytes(way[1], residual)) for way in ways}
         found = fused_group_plan(n, c, h * w, pack, waves)
-        PLANS[key] = None if found is None else Launch(names[found[3]], found[1:3], (BLOCK,), cooperative=True,
-                                                       args=(found[0],), tier="one-launch groups")
+        if found is None:
+            PLANS[key] = None
+        else:
+            group, groups, splits, r, held = found
+            args = (group, held) if direction == "forward" else (group,)  # the backward holds none
+            PLANS[key] = Launch(group_way_kernel(direction, ctype, residual, (r, held)), (groups, splits), (BLOCK,),
+                                group_held_bytes(held, residual), cooperative=True, args=args,
+                                tier="one-launch groups" + (f", {held} images held" if held else ""))
     return PLANS[key]
 
 
@@ -329,7 +344,7 @@ def _run_groups(module, spec: Launch, x: torch.Tensor, ws_arrays: int, leading: 
     the group, trailing."""
     n, c, h, w = x.shape
     _run_cooperative(module, spec, x, ws_arrays, leading,
-                     (np.int32(n), np.int32(c), np.int32(h * w), np.int32(spec.args[0])), trailing)
+                     (np.int32(n), np.int32(c), np.int32(h * w), *map(np.int32, spec.args)), trailing)
 
 
 def nhwc_regs_launch(module, ctype: str, shape, residual: bool, device: int) -> Launch | None:

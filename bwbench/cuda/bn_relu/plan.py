@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "fused_group_plan",
-           "group_fused_kernels", "group_grid", "nhwc_regs_kernels", "nhwc_regs_plan",
-           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
+           "group_fused_kernels", "group_grid", "group_held_bytes", "group_held_kernel", "group_instances",
+           "group_way_kernel", "nhwc_regs_kernels", "nhwc_regs_plan",           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
 BLOCK = 256  # bnr::kBlock
@@ -37,13 +37,51 @@ GROUP_IMAGES = {("forward", False): (4, 8), ("forward", True): (4,), ("backward"
 """(direction, residual) -> the images a thread holds in registers in each instance of the one-launch
 group kernels (template argument R); more take more registers (fewer blocks an SM)."""
 
+GROUP_HELD_IMAGES = {"forward": 28, "backward": 0}
+"""direction -> the most images a thread of the one-launch group kernel's first instance (R = 4)
+may hold in shared memory beside its registers (the forward's `held` argument, the launch's dynamic
+shared memory): up to 32 images a thread in all. The backward holds none."""
+
+GROUP_HELD_R = 4
+"""The instance (R images in registers) that holds further images in shared memory."""
+
 _GROUP_KERNEL = {"forward": "bn_relu_fused_nchw_groups", "backward": "bn_relu_backward_fused_nchw_groups"}
 
 
 def group_fused_kernels(direction: str, ctype: str, residual: bool) -> dict[int, str]:
-    """R -> the name of the one-launch group kernel holding R images a thread."""
+    """R -> the name of the one-launch group kernel holding R images a thread in registers."""
     return {r: f"bnr::{_GROUP_KERNEL[direction]}<{ctype}, {str(residual).lower()}, {r}>"
             for r in GROUP_IMAGES[(direction, residual)]}
+
+
+def group_held_kernel(direction: str, ctype: str, residual: bool) -> str | None:
+    """The one-launch group kernel holding GROUP_HELD_R images a thread in registers and more in
+    shared memory (an instance of its own: the register-only one keeps none of that code), or None
+    where the direction holds none."""
+    if not GROUP_HELD_IMAGES[direction]:
+        return None
+    return f"bnr::{_GROUP_KERNEL[direction]}<{ctype}, {str(residual).lower()}, {GROUP_HELD_R}, true>"
+
+
+def group_way_kernel(direction: str, ctype: str, residual: bool, way: tuple[int, int]) -> str:
+    """The kernel of one way (R, held) of group_instances."""
+    r, held = way
+    return group_held_kernel(direction, ctype, residual) if held else group_fused_kernels(direction, ctype, residual)[r]
+
+
+def group_instances(direction: str, residual: bool) -> list[tuple[int, int]]:
+    """(R, held) of every way the one-launch group kernel may hold a thread's images, fewest images
+    first and registers before shared memory at equal images: each register instance with none
+    held, and the R = GROUP_HELD_R instance holding 1 .. GROUP_HELD_IMAGES more in shared memory."""
+    ways = [(r, 0) for r in GROUP_IMAGES[(direction, residual)]]
+    ways += [(GROUP_HELD_R, h) for h in range(1, GROUP_HELD_IMAGES[direction] + 1)]
+    return sorted(ways, key=lambda way: (sum(way), way[1]))
+
+
+def group_held_bytes(held: int, residual: bool) -> int:
+    """Dynamic shared memory of a one-launch group block holding `held` images a thread: a 16-byte
+    pack of x (and of z) for each of its BLOCK threads."""
+    return held * BLOCK * 16 * (2 if residual else 1)
 
 
 NHWC_REGS_ROWS = {False: (4,), True: (4,)}
@@ -69,6 +107,7 @@ KERNELS = (
     *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
       for name in (f"bnr::{_GROUP_KERNEL[direction]}<{t}, {str(res).lower()}, {r}>" for r in
                    GROUP_IMAGES[(direction, res)])),
+    *(name for t in _TYPES for res in (False, True) if (name := group_held_kernel("forward", t, res))),
     *(name for t in _TYPES for res in (False, True) for name in nhwc_regs_kernels(t, res).values()),
 )
 """Every kernel of kernels/bn_relu.cu the launcher names."""
@@ -112,15 +151,17 @@ def plane_group(c: int, hw: int, pack: int) -> int | None:
     return min(per_block, c)
 
 
-def fused_group_plan(n: int, c: int, hw: int, pack: int, waves: dict[int, int]) -> tuple[int, int, int, int] | None:
-    """(group, groups, S, R) of the one-launch group kernels, or None where they do not apply.
+def fused_group_plan(n: int, c: int, hw: int, pack: int,
+                     waves: dict[tuple[int, int], int]) -> tuple[int, int, int, int, int] | None:
+    """(group, groups, S, R, held) of the one-launch group kernels, or None where they do not apply.
 
-    `waves`: R -> blocks of that instance resident on the GPU at once. A block must own the mask
-    words of its span in every image (group * hw and c * hw multiples of 32: groups of
+    `waves`: (R, held) -> blocks resident on the GPU at once of the instance holding R images a
+    thread in registers and `held` more in shared memory (group_instances). A block must own the
+    mask words of its span in every image (group * hw and c * hw multiples of 32: groups of
     `32 // gcd(hw, 32)` channels), a pack may span at most two planes (hw >= pack), the span at
-    most one pack a thread, and the grid of groups x S must be resident at once with at most R
-    images a thread. Takes the instance of fewest images a thread that fits, S as large as it
-    allows."""
+    most one pack a thread, and the grid of groups x S must be resident at once with at most
+    R + held images a thread. Takes the way of fewest images a thread that fits (registers first
+    at equal images), S as large as it allows."""
     if hw % pack == 0 or hw < pack:
         return None
     unit = 32 // math.gcd(hw, 32)
@@ -129,10 +170,10 @@ def fused_group_plan(n: int, c: int, hw: int, pack: int, waves: dict[int, int]) 
         return None
     group = min(per_block, c)
     groups = -(-c // group)
-    for r in sorted(waves):
-        splits = min(n, waves[r] // groups)
-        if splits >= 1 and -(-n // splits) <= r:
-            return group, groups, splits, r
+    for r, held in sorted(waves, key=lambda way: (sum(way), way[1])):
+        splits = min(n, waves[(r, held)] // groups)
+        if splits >= 1 and -(-n // splits) <= r + held:
+            return group, groups, splits, r, held
     return None
 
 
