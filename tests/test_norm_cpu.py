@@ -139,22 +139,41 @@ class FakeGPU:
         return max(0, min(32, by_threads, by_regs, by_smem))
 
 
+def test_raw_rows_only_for_full_rows_of_half_packs():
+    """The raw-rows instances hold rows of exactly C * W half columns, two packs a lane or more;
+    partial rows, four-lane groups, bfloat16 and float32 keep the float instance."""
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    assert norm.plan(768, "half_t", False, 8, gpu, limit).kernel.endswith(", true>")
+    assert not norm.plan(760, "half_t", False, 8, gpu, limit).kernel.endswith(", true>")  # a partial row
+    assert not norm.plan(768, "bf16_t", False, 8, gpu, limit).kernel.endswith(", true>")
+    assert not norm.plan(768, "float", False, 4, gpu, limit).kernel.endswith(", true>")
+    assert not norm.plan(64, "half_t", False, 8, gpu, limit).kernel.endswith(", true>")  # one pack a lane
+    for ctype in ("half_t", "bf16_t", "float"):
+        names = set(norm.optimized_names(ctype, False))
+        for config in norm.warp_configs(ctype):
+            assert config.name(ctype, False) in names
+            assert (config.raw_name(ctype, False) in names) == config.raw_rows(ctype)
+            assert not config.raw_rows(ctype) or (config.width != 4 and config.cols_per_thread >= 2 * config.pack)
+
+
 def test_plan_picks_the_tier_by_cols():
     gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
     p = norm.plan(1024, "half_t", False, 8, gpu, limit)
-    assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("warp", "norm_warp<half_t, false, 8, 32, 32, 1>", 128, 0)
+    # Full rows of half packs, two or more a lane, take the raw-rows instances (`, true>`).
+    assert (p.tier, p.kernel, p.block, p.smem_bytes) == ("warp", "norm_warp<half_t, false, 8, 32, 32, 1, true>", 128, 0)
     # ... timed against two rows a group at a time; 512 columns: two packs a lane, timed against four.
-    assert [c.kernel for c in p.alternatives] == ["norm_warp<half_t, false, 8, 32, 32, 2>"]
+    assert [c.kernel for c in p.alternatives] == ["norm_warp<half_t, false, 8, 32, 32, 2, true>"]
     p = norm.plan(512, "half_t", False, 8, gpu, limit)
-    assert [c.kernel for c in p.candidates] == ["norm_warp<half_t, false, 8, 16, 32, 2>", "norm_warp<half_t, false, 8, 32, 16, 2>",
-                                                "norm_warp<half_t, false, 8, 32, 16, 1>"]
+    assert [c.kernel for c in p.candidates] == ["norm_warp<half_t, false, 8, 16, 32, 2, true>",
+                                                "norm_warp<half_t, false, 8, 32, 16, 2, true>",
+                                                "norm_warp<half_t, false, 8, 32, 16, 1, true>"]
     assert norm.plan(64, "half_t", False, 8, gpu, limit).alternatives == ()
     # 384 and 768 columns (48 and 96 packs): three packs a lane fill every lane, timed beside.
     p = norm.plan(384, "half_t", False, 8, gpu, limit)
-    assert "norm_warp<half_t, false, 8, 24, 16, 2>" in [c.kernel for c in p.alternatives]
+    assert "norm_warp<half_t, false, 8, 24, 16, 2, true>" in [c.kernel for c in p.alternatives]
     p = norm.plan(768, "half_t", True, 8, gpu, limit)
-    assert p.kernel == "norm_warp<half_t, true, 8, 24, 32, 1>"
-    assert "norm_warp<half_t, true, 8, 24, 32, 2>" in [c.kernel for c in p.alternatives]
+    assert p.kernel == "norm_warp<half_t, true, 8, 24, 32, 1, true>"
+    assert "norm_warp<half_t, true, 8, 24, 32, 2, true>" in [c.kernel for c in p.alternatives]
     # 2 KiB rows: the warp tier (64 columns a lane), timed against the two block tiers.
     p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel) == ("warp", "norm_warp<half_t, false, 8, 48, 32, 1>")

@@ -131,6 +131,10 @@ def _next_pow2(n: int) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+RAW_ROW_TYPES = ("half_t",)
+"""Storage types whose full warp-tier rows stay raw in registers (WarpConfig.raw_rows)."""
+
+
 @dataclass(frozen=True)
 class WarpConfig:
     """Template arguments of norm_warp: pack N, columns per lane C, lanes per row W, rows per group R."""
@@ -147,6 +151,24 @@ class WarpConfig:
     def name(self, ctype: str, rms: bool) -> str:
         return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
                 f"{self.width}, {self.rows_per_access}>")
+
+    def raw_rows(self, ctype: str) -> bool:
+        """Whether this configuration has a raw-rows instance: half 16-byte packs, two or more a
+        lane, and not the four-lane groups (which keep one body). bfloat16's raw instances spilled
+        24-76 bytes at the same bounds, so bfloat16 keeps its float rows."""
+        return (ctype in RAW_ROW_TYPES and self.pack == full_pack(ctype) and self.cols_per_thread >= 2 * self.pack
+                and self.width != 4)
+
+    def raw_name(self, ctype: str, rms: bool) -> str:
+        return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
+                f"{self.width}, {self.rows_per_access}, true>")
+
+    def kernel_for(self, ctype: str, rms: bool, cols: int) -> str:
+        """The instance for rows of `cols`: full rows (cols == C * W) of 16-bit packs stay raw in
+        registers (norm_warp<..., true>, 64 registers, twice the warps an SM of the float rows)."""
+        if self.raw_rows(ctype) and cols == self.cols_per_thread * self.width:
+            return self.raw_name(ctype, rms)
+        return self.name(ctype, rms)
 
 
 def _cpp_bool(value: bool) -> str:
@@ -390,6 +412,7 @@ def param_bytes(cols: int, ctype: str, rms: bool) -> int:
 
 def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names = [c.name(ctype, rms) for c in warp_configs(ctype)]
+    names += [c.raw_name(ctype, rms) for c in warp_configs(ctype) if c.raw_rows(ctype)]
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
@@ -577,8 +600,8 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     if tier in (None, "warp"):
         config = warp_config(cols, pack)
         if config is not None:
-            warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
-            others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
+            warp = NormPlan("warp", config.kernel_for(ctype, rms, cols), pack, WARP_BLOCK, 0, config.rows_per_block)
+            others = [NormPlan("warp", c.kernel_for(ctype, rms, cols), pack, WARP_BLOCK, 0, c.rows_per_block)
                       for c in warp_alternatives(cols, pack, ctype)]
             if tier is None and cols > WARP_SURE_COLS:
                 return _with_alternatives(warp, others + register_plans() + smem_plans())
