@@ -132,7 +132,10 @@ def _next_pow2(n: int) -> int:
 
 
 RAW_ROW_TYPES = ("half_t",)
-"""Storage types whose full warp-tier rows stay raw in registers (WarpConfig.raw_rows)."""
+"""Storage types whose full warp-tier rows have an instance that keeps them raw in registers
+(WarpConfig.raw_rows), timed on first use beside the float rows. On an H100 (LayerNorm and RMSNorm,
+half, bwbench run) it won at three packs a lane (384 and 768 columns: +2 to +8 points of copy), was
+even at four (1024) and lost 4-5 points at two packs on 2 and 8 lanes (32 and 128 columns)."""
 
 
 @dataclass(frozen=True)
@@ -163,12 +166,9 @@ class WarpConfig:
         return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
                 f"{self.width}, {self.rows_per_access}, true>")
 
-    def kernel_for(self, ctype: str, rms: bool, cols: int) -> str:
-        """The instance for rows of `cols`: full rows (cols == C * W) of 16-bit packs stay raw in
-        registers (norm_warp<..., true>, 64 registers, twice the warps an SM of the float rows)."""
-        if self.raw_rows(ctype) and cols == self.cols_per_thread * self.width:
-            return self.raw_name(ctype, rms)
-        return self.name(ctype, rms)
+    def holds_raw(self, ctype: str, cols: int) -> bool:
+        """Whether rows of `cols` may take the raw-rows instance: full rows (cols == C * W)."""
+        return self.raw_rows(ctype) and cols == self.cols_per_thread * self.width
 
 
 def _cpp_bool(value: bool) -> str:
@@ -600,9 +600,13 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     if tier in (None, "warp"):
         config = warp_config(cols, pack)
         if config is not None:
-            warp = NormPlan("warp", config.kernel_for(ctype, rms, cols), pack, WARP_BLOCK, 0, config.rows_per_block)
-            others = [NormPlan("warp", c.kernel_for(ctype, rms, cols), pack, WARP_BLOCK, 0, c.rows_per_block)
-                      for c in warp_alternatives(cols, pack, ctype)]
+            warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
+            alternatives = warp_alternatives(cols, pack, ctype)
+            others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block) for c in alternatives]
+            # The raw-rows instances are timed beside the float ones: they won at three packs a
+            # lane and lost at two packs on 2-8 lanes (RAW_ROW_TYPES).
+            others += [NormPlan("warp", c.raw_name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
+                       for c in (config, *alternatives) if c.holds_raw(ctype, cols)]
             if tier is None and cols > WARP_SURE_COLS:
                 return _with_alternatives(warp, others + register_plans() + smem_plans())
             return _with_alternatives(warp, others)
