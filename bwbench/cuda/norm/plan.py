@@ -133,9 +133,14 @@ def _next_pow2(n: int) -> int:
 
 RAW_ROW_TYPES = ("half_t",)
 """Storage types whose full warp-tier rows have an instance that keeps them raw in registers
-(WarpConfig.raw_rows), timed on first use beside the float rows. On an H100 (LayerNorm and RMSNorm,
-half, bwbench run) it won at three packs a lane (384 and 768 columns: +2 to +8 points of copy), was
-even at four (1024) and lost 4-5 points at two packs on 2 and 8 lanes (32 and 128 columns)."""
+(WarpConfig.raw_rows), timed on first use beside the float rows."""
+
+RAW_ROW_PACKS = 3
+"""Packs a lane of the raw-rows instances. On an H100 (LayerNorm and RMSNorm, half, bwbench run,
+with raw instances at two to eight packs a lane timed beside the float rows) they won at three
+packs a lane (384 and 768 columns: +1 to +8 points of copy), were even or a point behind at four
+and eight (1024, 2048) and at two packs lost 4-5 points in some runs (32 and 128 columns), where
+the first-use timing did not always keep the float rows."""
 
 
 @dataclass(frozen=True)
@@ -156,11 +161,11 @@ class WarpConfig:
                 f"{self.width}, {self.rows_per_access}>")
 
     def raw_rows(self, ctype: str) -> bool:
-        """Whether this configuration has a raw-rows instance: half 16-byte packs, two or more a
-        lane, and not the four-lane groups (which keep one body). bfloat16's raw instances spilled
-        24-76 bytes at the same bounds, so bfloat16 keeps its float rows."""
-        return (ctype in RAW_ROW_TYPES and self.pack == full_pack(ctype) and self.cols_per_thread >= 2 * self.pack
-                and self.width != 4)
+        """Whether this configuration has a raw-rows instance: half 16-byte packs, three a lane
+        (RAW_ROW_PACKS). bfloat16's raw instances spilled 24-76 bytes at the same bounds, so
+        bfloat16 keeps its float rows."""
+        return (ctype in RAW_ROW_TYPES and self.pack == full_pack(ctype)
+                and self.cols_per_thread == RAW_ROW_PACKS * self.pack and self.width != 4)
 
     def raw_name(self, ctype: str, rms: bool) -> str:
         return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
@@ -603,8 +608,7 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
             warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
             alternatives = warp_alternatives(cols, pack, ctype)
             others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block) for c in alternatives]
-            # The raw-rows instances are timed beside the float ones: they won at three packs a
-            # lane and lost at two packs on 2-8 lanes (RAW_ROW_TYPES).
+            # The raw-rows instances (three packs a lane) are timed beside the float ones.
             others += [NormPlan("warp", c.raw_name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
                        for c in (config, *alternatives) if c.holds_raw(ctype, cols)]
             if tier is None and cols > WARP_SURE_COLS:
