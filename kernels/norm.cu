@@ -295,7 +295,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // no zero padding, and a group whose row is past the end loads the last row instead (it stores
 // nothing), so its loads need no predicate either: on an H100 the predicated body issued 47% more
 // instructions than torch.compile's kernel for the same row (Nsight Compute, half 1024 columns).
-template <typename T, bool kRms, int N, int C, int W, int R, bool kFull>
+template <typename T, bool kRms, int N, int C, int W, int R, bool kFull, bool kRaw = false>
 __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T* __restrict__ gamma,
                                                const T* __restrict__ beta, T* __restrict__ y,
                                                float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -307,6 +307,12 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
     constexpr int G = normk::kWarpBlock / W;   // groups per block
     constexpr bool kCacheParams = C * R <= 16;  // registers allowing
     constexpr int kParams = kCacheParams ? C : 1;
+    // kRaw (full rows of 16-bit packs, two a lane or more): the row stays as stored (half the
+    // registers of floats) and is converted again in each pass. The float rows of 768-1024 half
+    // columns held 64-128 registers, 16-32 warps an SM, and left DRAM idle (Nsight Compute on an
+    // H100: 22-43% of warp slots active, LayerNorm at 87-89% of copy where torch.compile reached 95%).
+    static_assert(!kRaw || (kFull && sizeof(T) * N == 16 && P >= 2), "raw rows: full rows of 16-byte packs");
+    using PackT = bw::Pack<T, N>;
     const int lane = threadIdx.x % W;
     const int group = threadIdx.x / W;
 
@@ -343,14 +349,17 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
     const i64 step = static_cast<i64>(gridDim.x) * G * R;
     for (i64 base = static_cast<i64>(blockIdx.x) * G * R; base < rows; base += step) {
         const i64 row0 = base + static_cast<i64>(group) * R;
-        float v[R][C];
+        float v[R][C];                          // unused (and not allocated) with kRaw
+        PackT raw[kRaw ? R : 1][kRaw ? P : 1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const bool row_ok = row0 + r < rows;
             const T* xr = x + (kFull && !row_ok ? rows - 1 : row0 + r) * cols;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-                if (kFull || (row_ok && pack_valid[p])) {
+                if constexpr (kRaw) {
+                    raw[r][p] = normk::load_pack<T, N>(xr + (p * W + lane) * N);
+                } else if (kFull || (row_ok && pack_valid[p])) {
                     normk::to_floats(normk::load_pack<T, N>(xr + (p * W + lane) * N),
                                      &v[r][p * N]);
                 } else {
@@ -360,10 +369,44 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
             }
         }
 
-        float scale[R], offset[R];
+        float scale[R], offset[R], shift[R];  // shift: the raw store's k
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             float mean = 0.0f, rstd;
+            if constexpr (kRaw) {
+                // The passes of the float body below, each converting the packs again (opaque:
+                // the compiler may not keep the floats of one pass for the next).
+                float k = 0.0f;
+                if constexpr (!kRms) k = __shfl_sync(0xffffffffu, bw::to_float(raw[r][0].v[0]), 0, W);
+                float sum = 0.0f;
+                if constexpr (!kRms) {
+                    normk::opaque(raw[r]);
+#pragma unroll
+                    for (int p = 0; p < P; ++p)
+#pragma unroll
+                        for (int j = 0; j < N; ++j) sum += bw::to_float(raw[r][p].v[j]) - k;
+                    mean = bw::warp_allreduce<bw::SumOp, W>(sum) / fcols;
+                }
+                normk::opaque(raw[r]);
+                float m2 = 0.0f;
+#pragma unroll
+                for (int p = 0; p < P; ++p)
+#pragma unroll
+                    for (int j = 0; j < N; ++j) {
+                        const float d = (bw::to_float(raw[r][p].v[j]) - k) - mean;
+                        m2 = fmaf(d, d, m2);
+                    }
+                m2 = bw::warp_allreduce<bw::SumOp, W>(m2);
+                rstd = rsqrtf(m2 / fcols + eps);
+                shift[r] = k;
+                scale[r] = rstd;
+                offset[r] = -mean * rstd;  // of the order of 1: the values are shifted by k
+                if (lane == 0 && row0 + r < rows) {
+                    if constexpr (!kRms) mean_out[row0 + r] = k + mean;
+                    rstd_out[row0 + r] = rstd;
+                }
+                continue;
+            }
             if constexpr (kRms) {
                 float ss = 0.0f;
 #pragma unroll
@@ -440,23 +483,36 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (row0 + r < rows) {
-                    normk::store_normalized<T, kRms, N>(y + (row0 + r) * cols + col, &v[r][p * N], scale[r],
-                                                        offset[r], g, b);
+                    if constexpr (kRaw) {
+                        float shifted[N];
+#pragma unroll
+                        for (int j = 0; j < N; ++j) shifted[j] = bw::to_float(raw[r][p].v[j]) - shift[r];
+                        normk::store_normalized<T, kRms, N>(y + (row0 + r) * cols + col, shifted, scale[r], offset[r],
+                                                            g, b);
+                    } else {
+                        normk::store_normalized<T, kRms, N>(y + (row0 + r) * cols + col, &v[r][p * N], scale[r],
+                                                            offset[r], g, b);
+                    }
                 }
             }
         }
     }
 }
 
-template <typename T, bool kRms, int N, int C, int W, int R>
-__global__ void __launch_bounds__(normk::kWarpBlock, 4)
+// kRawRows: an instance for full rows only (cols == C * W, the plan's promise) of 16-bit packs kept
+// raw, bounded to 64 registers (8 blocks an SM; 80 for 64 values a lane, which spilled at 64); the
+// general instance also holds the float body of partial rows, which needs more.
+template <typename T, bool kRms, int N, int C, int W, int R, bool kRawRows = false>
+__global__ void __launch_bounds__(normk::kWarpBlock, kRawRows ? (C * R >= 64 ? 6 : 8) : 4)
 norm_warp(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
           int cols, float eps) {
     // Four lanes a row (half 64 columns) measured 5% slower with the full-row body on an H100
     // (LayerNorm 8.3 against 7.8 us, same grid; 2 and 8 lanes were 4-7% faster): they keep one body.
     constexpr bool kFullBody = W != 4;
-    if (kFullBody && cols == C * W) {
+    if constexpr (kRawRows) {
+        norm_warp_rows<T, kRms, N, C, W, R, true, true>(x, gamma, beta, y, mean_out, rstd_out, rows, cols, eps);
+    } else if (kFullBody && cols == C * W) {
         norm_warp_rows<T, kRms, N, C, W, R, true>(x, gamma, beta, y, mean_out, rstd_out, rows, cols, eps);
     } else {
         norm_warp_rows<T, kRms, N, C, W, R, false>(x, gamma, beta, y, mean_out, rstd_out, rows, cols, eps);

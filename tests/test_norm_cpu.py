@@ -139,6 +139,26 @@ class FakeGPU:
         return max(0, min(32, by_threads, by_regs, by_smem))
 
 
+def test_raw_rows_only_for_full_rows_of_half_packs():
+    """The raw-rows instances are timed beside the float ones for rows of exactly C * W half
+    columns, three packs a lane; partial rows, other packs a lane, bfloat16 and float32 have only
+    the float instance."""
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    raw = lambda cols, ctype="half_t", pack=8: [c.kernel for c in norm.plan(cols, ctype, False, pack, gpu, limit).candidates
+                                                if c.kernel.endswith(", true>")]  # noqa: E731
+    assert raw(768) == ["norm_warp<half_t, false, 8, 24, 32, 1, true>", "norm_warp<half_t, false, 8, 24, 32, 2, true>"]
+    assert norm.plan(768, "half_t", False, 8, gpu, limit).kernel == "norm_warp<half_t, false, 8, 24, 32, 1>"
+    assert raw(760) == [] and raw(768, "bf16_t") == [] and raw(768, "float", 4) == []  # a partial row; other types
+    assert raw(64) == [] and raw(1024) == [] and raw(512) == []  # two and four packs a lane
+    assert raw(384) == ["norm_warp<half_t, false, 8, 24, 16, 2, true>", "norm_warp<half_t, false, 8, 24, 16, 1, true>"]
+    for ctype in ("half_t", "bf16_t", "float"):
+        names = set(norm.optimized_names(ctype, False))
+        for config in norm.warp_configs(ctype):
+            assert config.name(ctype, False) in names
+            assert (config.raw_name(ctype, False) in names) == config.raw_rows(ctype)
+            assert not config.raw_rows(ctype) or config.cols_per_thread == 3 * config.pack
+
+
 def test_plan_picks_the_tier_by_cols():
     gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
     p = norm.plan(1024, "half_t", False, 8, gpu, limit)
@@ -155,6 +175,8 @@ def test_plan_picks_the_tier_by_cols():
     p = norm.plan(768, "half_t", True, 8, gpu, limit)
     assert p.kernel == "norm_warp<half_t, true, 8, 24, 32, 1>"
     assert "norm_warp<half_t, true, 8, 24, 32, 2>" in [c.kernel for c in p.alternatives]
+    # Three packs a lane of half, full rows: also as raw rows (`, true>`), timed beside.
+    assert "norm_warp<half_t, true, 8, 24, 32, 1, true>" in [c.kernel for c in p.alternatives]
     # 2 KiB rows: the warp tier (64 columns a lane), timed against the two block tiers.
     p = norm.plan(1024 + 8, "half_t", False, 8, gpu, limit)
     assert (p.tier, p.kernel) == ("warp", "norm_warp<half_t, false, 8, 48, 32, 1>")

@@ -420,6 +420,26 @@ def test_every_four_and_three_pack_warp_instantiation(dtype, rms):
 
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+def test_every_raw_rows_warp_instantiation(rms):
+    """The raw-rows norm_warp kernels (half rows of exactly C * W columns kept as stored, timed
+    beside the float rows) on odd row counts (two rows a group, the last group past the end),
+    mean-1e4 rows and constant rows."""
+    norm = _norm()
+    configs = [c for c in norm.warp_configs("half_t") if c.raw_rows("half_t")]
+    assert configs
+    for config in configs:
+        chosen = norm.NormPlan("warp", config.raw_name("half_t", rms), config.pack, norm.WARP_BLOCK, 0,
+                               config.rows_per_block)
+        cols = config.cols_per_thread * config.width
+        for rows, cancel in [(9, False), (301, True), (1, False)]:
+            x, gamma, beta = _inputs(rows, cols, torch.float16, rms, cancel)
+            _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
+        x = torch.full((5, cols), 3.25, device="cuda", dtype=torch.float16)
+        gamma, beta = _params(cols, torch.float16, seed=5)
+        _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} constant rows")
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_odd_widths_offer_the_tile_tier_first(dtype, rms):
     """Rows whose bytes are no multiple of 16: the model's first plan is the tile tier, the row

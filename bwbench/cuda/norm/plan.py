@@ -131,6 +131,18 @@ def _next_pow2(n: int) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+RAW_ROW_TYPES = ("half_t",)
+"""Storage types whose full warp-tier rows have an instance that keeps them raw in registers
+(WarpConfig.raw_rows), timed on first use beside the float rows."""
+
+RAW_ROW_PACKS = 3
+"""Packs a lane of the raw-rows instances. On an H100 (LayerNorm and RMSNorm, half, bwbench run,
+with raw instances at two to eight packs a lane timed beside the float rows) they won at three
+packs a lane (384 and 768 columns: +1 to +8 points of copy), were even or a point behind at four
+and eight (1024, 2048) and at two packs lost 4-5 points in some runs (32 and 128 columns), where
+the first-use timing did not always keep the float rows."""
+
+
 @dataclass(frozen=True)
 class WarpConfig:
     """Template arguments of norm_warp: pack N, columns per lane C, lanes per row W, rows per group R."""
@@ -147,6 +159,21 @@ class WarpConfig:
     def name(self, ctype: str, rms: bool) -> str:
         return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
                 f"{self.width}, {self.rows_per_access}>")
+
+    def raw_rows(self, ctype: str) -> bool:
+        """Whether this configuration has a raw-rows instance: half 16-byte packs, three a lane
+        (RAW_ROW_PACKS). bfloat16's raw instances spilled 24-76 bytes at the same bounds, so
+        bfloat16 keeps its float rows."""
+        return (ctype in RAW_ROW_TYPES and self.pack == full_pack(ctype)
+                and self.cols_per_thread == RAW_ROW_PACKS * self.pack and self.width != 4)
+
+    def raw_name(self, ctype: str, rms: bool) -> str:
+        return (f"norm_warp<{ctype}, {_cpp_bool(rms)}, {self.pack}, {self.cols_per_thread}, "
+                f"{self.width}, {self.rows_per_access}, true>")
+
+    def holds_raw(self, ctype: str, cols: int) -> bool:
+        """Whether rows of `cols` may take the raw-rows instance: full rows (cols == C * W)."""
+        return self.raw_rows(ctype) and cols == self.cols_per_thread * self.width
 
 
 def _cpp_bool(value: bool) -> str:
@@ -390,6 +417,7 @@ def param_bytes(cols: int, ctype: str, rms: bool) -> int:
 
 def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
     names = [c.name(ctype, rms) for c in warp_configs(ctype)]
+    names += [c.raw_name(ctype, rms) for c in warp_configs(ctype) if c.raw_rows(ctype)]
     names += [c.name(ctype, rms) for c in rows_configs(ctype, rms)]
     for pack in (full_pack(ctype), 1):
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
@@ -578,8 +606,11 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
         config = warp_config(cols, pack)
         if config is not None:
             warp = NormPlan("warp", config.name(ctype, rms), pack, WARP_BLOCK, 0, config.rows_per_block)
-            others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
-                      for c in warp_alternatives(cols, pack, ctype)]
+            alternatives = warp_alternatives(cols, pack, ctype)
+            others = [NormPlan("warp", c.name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block) for c in alternatives]
+            # The raw-rows instances (three packs a lane) are timed beside the float ones.
+            others += [NormPlan("warp", c.raw_name(ctype, rms), pack, WARP_BLOCK, 0, c.rows_per_block)
+                       for c in (config, *alternatives) if c.holds_raw(ctype, cols)]
             if tier is None and cols > WARP_SURE_COLS:
                 return _with_alternatives(warp, others + register_plans() + smem_plans())
             return _with_alternatives(warp, others)
