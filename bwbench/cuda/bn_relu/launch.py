@@ -144,7 +144,7 @@ def _aligned(*tensors) -> bool:
     return all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
 
 
-_WAVES: dict[tuple[str, int], int] = {}
+_WAVES: dict[tuple[str, int, int], int] = {}
 
 
 def _wave(kernel, device: int, shared_mem: int = 0) -> int:

@@ -14,7 +14,8 @@ import math
 
 __all__ = ["BLOCK", "KERNELS", "LAYOUTS", "apply_blocks", "finalize_grid", "fused_grid", "fused_group_plan",
            "group_fused_kernels", "group_grid", "group_held_bytes", "group_held_kernel", "group_instances",
-           "group_way_kernel", "nhwc_regs_kernels", "nhwc_regs_plan",           "one_launch_by_default", "plane_group", "reduction_grid", "walk_step"]
+           "group_way_kernel", "nhwc_regs_kernels", "nhwc_regs_plan", "one_launch_by_default", "plane_group",
+           "reduction_grid", "walk_step"]
 
 LAYOUTS = ("NCHW", "NHWC")
 BLOCK = 256  # bnr::kBlock
@@ -38,9 +39,9 @@ GROUP_IMAGES = {("forward", False): (4, 8), ("forward", True): (4,), ("backward"
 group kernels (template argument R); more take more registers (fewer blocks an SM)."""
 
 GROUP_HELD_IMAGES = {"forward": 28, "backward": 0}
-"""direction -> the most images a thread of the one-launch group kernel's first instance (R = 4)
-may hold in shared memory beside its registers (the forward's `held` argument, the launch's dynamic
-shared memory): up to 32 images a thread in all. The backward holds none."""
+"""direction -> the most images a thread of the held instance (group_held_kernel) may keep in
+shared memory beside its GROUP_HELD_R in registers (the kernel's `held_images` argument, the
+launch's dynamic shared memory): up to 32 images a thread in all. The backward holds none."""
 
 GROUP_HELD_R = 4
 """The instance (R images in registers) that holds further images in shared memory."""
