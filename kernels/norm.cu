@@ -307,10 +307,11 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
     constexpr int G = normk::kWarpBlock / W;   // groups per block
     constexpr bool kCacheParams = C * R <= 16;  // registers allowing
     constexpr int kParams = kCacheParams ? C : 1;
-    // kRaw (full rows of 16-bit packs, two a lane or more): the row stays as stored (half the
-    // registers of floats) and is converted again in each pass. The float rows of 768-1024 half
-    // columns held 64-128 registers, 16-32 warps an SM, and left DRAM idle (Nsight Compute on an
-    // H100: 22-43% of warp slots active, LayerNorm at 87-89% of copy where torch.compile reached 95%).
+    // kRaw (full rows of 16-bit packs; the plan builds it for three half packs a lane): the row
+    // stays as stored (half the registers of floats) and is converted again in each pass. The float
+    // rows of 384-768 half columns held 64 registers, 32 warps an SM at most, and left DRAM idle
+    // (Nsight Compute on an H100: 39-43% of warp slots active, LayerNorm at 85-87% of copy where
+    // torch.compile reached 88-95%).
     static_assert(!kRaw || (kFull && sizeof(T) * N == 16 && P >= 2), "raw rows: full rows of 16-byte packs");
     using PackT = bw::Pack<T, N>;
     const int lane = threadIdx.x % W;
@@ -500,10 +501,10 @@ __device__ __forceinline__ void norm_warp_rows(const T* __restrict__ x, const T*
 }
 
 // kRawRows: an instance for full rows only (cols == C * W, the plan's promise) of 16-bit packs kept
-// raw, bounded to 64 registers (8 blocks an SM; 80 for 64 values a lane, which spilled at 64); the
-// general instance also holds the float body of partial rows, which needs more.
+// raw, bounded to 64 registers (8 blocks an SM); the general instance also holds the float body of
+// partial rows, which needs more.
 template <typename T, bool kRms, int N, int C, int W, int R, bool kRawRows = false>
-__global__ void __launch_bounds__(normk::kWarpBlock, kRawRows ? (C * R >= 64 ? 6 : 8) : 4)
+__global__ void __launch_bounds__(normk::kWarpBlock, kRawRows ? 8 : 4)
 norm_warp(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
           T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows,
           int cols, float eps) {
