@@ -70,13 +70,19 @@ def group_way_kernel(direction: str, ctype: str, residual: bool, way: tuple[int,
     return group_held_kernel(direction, ctype, residual) if held else group_fused_kernels(direction, ctype, residual)[r]
 
 
+def _fewest_images_first(way: tuple[int, int]) -> tuple[int, int]:
+    """Sort key of the ways (R, held): fewest images a thread, then registers before shared memory."""
+    r, held = way
+    return r + held, held
+
+
 def group_instances(direction: str, residual: bool) -> list[tuple[int, int]]:
     """(R, held) of every way the one-launch group kernel may hold a thread's images, fewest images
     first and registers before shared memory at equal images: each register instance with none
     held, and the R = GROUP_HELD_R instance holding 1 .. GROUP_HELD_IMAGES more in shared memory."""
     ways = [(r, 0) for r in GROUP_IMAGES[(direction, residual)]]
     ways += [(GROUP_HELD_R, h) for h in range(1, GROUP_HELD_IMAGES[direction] + 1)]
-    return sorted(ways, key=lambda way: (sum(way), way[1]))
+    return sorted(ways, key=_fewest_images_first)
 
 
 def group_held_bytes(held: int, residual: bool) -> int:
@@ -171,7 +177,7 @@ def fused_group_plan(n: int, c: int, hw: int, pack: int,
         return None
     group = min(per_block, c)
     groups = -(-c // group)
-    for r, held in sorted(waves, key=lambda way: (sum(way), way[1])):
+    for r, held in sorted(waves, key=_fewest_images_first):
         splits = min(n, waves[(r, held)] // groups)
         if splits >= 1 and -(-n // splits) <= r + held:
             return group, groups, splits, r, held
