@@ -420,13 +420,18 @@ def test_timed_alternatives_where_measurements_split():
     from bwbench.cuda.softmax import dispatch as d
 
     warp = d.TierChoice("warp", warp=d.warp_shape(38, 8, "backward"), pack=8)
-    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=62) == ("tile",)
-    assert d.timed_alternatives(warp, "backward", dense=False, row_bytes=62) == (), "a column slice takes no tile"
+    elements = d.ELEMENTS_TIER
+    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=62) == ("tile", elements)
+    assert d.timed_alternatives(warp, "backward", dense=False, row_bytes=62) == (elements,), \
+        "a column slice takes no tile"
     assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=64) == (), "whole packs: the warp tier"
-    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=62) == ("tile",)
-    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == (), \
-        "longer forward rows: the warp tier"
-    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == ("tile",)
+    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=62) == ("tile", elements)
+    assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == \
+        (elements,), "longer forward rows: no tile"
+    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == \
+        ("tile", elements)
+    unpacked = d.TierChoice("warp", warp=d.warp_shape(31, 1, "forward"), pack=1)
+    assert d.timed_alternatives(unpacked, "forward", dense=False, row_bytes=62) == (), "already one element an access"
     smem = d.TierChoice("smem", block=1024, pack=8)
     assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
                                 clusters=True) == ("cluster",)
@@ -440,7 +445,7 @@ def test_plans_carry_the_alternatives_the_launcher_times():
     from bwbench.cuda.softmax.plan import plan
 
     odd = plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [c.tier for c in odd.candidates][:2] == ["warp", "tile"]
+    assert [c.tier for c in odd.candidates] == ["warp", "tile", "warp"]
     tile = odd.alternatives[0]
     assert len(tile.launch.args) == 2 and tile.grid >= 1, "the tile plan's own launch, extras included"
     assert "tile" not in [c.tier for c in plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(),
@@ -534,9 +539,10 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
     from bwbench.cuda.softmax.plan import plan
 
     odd = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [c.tier for c in odd.candidates] == ["warp", "tile", "warp", "warp"], "a short odd dense row: the tile"
+    assert [c.tier for c in odd.candidates] == ["warp", "tile", "warp", "warp", "warp"], \
+        "a short odd dense row: the tile"
     assert [(c.choice.warp.group, c.choice.warp.packs_per_thread) for c in odd.candidates if c.tier == "warp"] == \
-        [(32, 1), (8, 3), (4, 5)], "the tightest masked and wide shapes"
+        [(32, 1), (8, 3), (4, 5), (32, 4)], "the tightest masked and wide shapes, then one element a lane"
     fitted = odd.alternatives[1]
     assert fitted.launch.kernel in d.kernel_names("half_t", "forward")
     assert fitted.grid == -(-49152 // (d.WARP_BLOCK // 8)), "four rows a warp"
@@ -546,12 +552,35 @@ def test_plans_time_a_fitted_warp_shape_where_it_holds_the_row_tighter():
     wide = plan("softmax", 49152, 127, "half_t", 8, FakeDevice(), starts_aligned=False, tier="warp_wide")
     assert wide.choice.warp == odd.alternatives[2].choice.warp
     vit = plan("softmax", 49152, 577, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [(c.choice.warp.group, c.choice.warp.packs_per_thread) for c in vit.candidates] == [(32, 3), (16, 5)]
+    assert [(c.choice.pack, c.choice.warp.group, c.choice.warp.packs_per_thread) for c in vit.candidates] == \
+        [(8, 32, 3), (8, 16, 5), (1, 32, 24)]
     for tier in ("warp_fit", "warp_wide"):
         with pytest.raises(ValueError, match=f"no fitted warp shape \\({tier}\\)"):
             plan("softmax", 49152, 4096, "half_t", 8, FakeDevice(), tier=tier)
     with pytest.raises(ValueError, match=r"no fitted warp shape .*\(the backward has none\)"):
         plan("softmax_backward", 49152, 127, "half_t", 8, FakeDevice(), tier="warp_fit")
+
+
+def test_plans_time_one_element_a_lane_where_no_pack_divides_the_row():
+    """Odd rows in the packed warp tier also time the warp tier's one-element kernel: any row
+    offset, so it is planned as for a fresh tensor of that shape, and it can be forced."""
+    from bwbench.cuda.softmax import dispatch as d
+    from bwbench.cuda.softmax.plan import plan
+
+    vit = plan("softmax", 151296, 197, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+    elements = vit.alternatives[-1]
+    assert elements.choice.pack == 1 and elements.choice.warp == d.WarpShape(1, 8, 32, 1)
+    assert elements.launch.kernel in d.kernel_names("half_t", "forward")
+    assert elements.grid == -(-151296 // (d.WARP_BLOCK // 32)), "a row a warp"
+    forced = plan("softmax_backward", 151296, 197, "half_t", 8, FakeDevice(), starts_aligned=False,
+                  tier=d.ELEMENTS_TIER)
+    assert forced.alternatives == () and forced.choice.pack == 1 and forced.tier == "warp"
+    assert forced.launch.kernel in d.kernel_names("half_t", "backward")
+    assert d.ELEMENTS_TIER not in [c.tier for c in plan("softmax", 4096, 1024, "half_t", 8, FakeDevice()).candidates]
+    assert len(plan("softmax", 4096, 1000, "float", 4, FakeDevice()).candidates) == 1, "4000-byte rows: whole packs"
+    assert len(plan("softmax", 4096, 1001, "float", 4, FakeDevice(), starts_aligned=False).candidates) == 2
+    with pytest.raises(ValueError, match="warp tier holds at most"):
+        plan("softmax", 4096, 2047, "half_t", 8, FakeDevice(), starts_aligned=False, tier=d.ELEMENTS_TIER)
 
 
 def test_tiles_hold_short_rows_in_registers():

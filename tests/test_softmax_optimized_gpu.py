@@ -34,10 +34,10 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
-FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "warp_fit", "warp_wide", "registers",
-                 "smem", "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
-BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "warp_fit", "warp_wide", "smem", "smem/oneflow", "uncached",
-                  "cluster", "tile"]
+FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "warp_fit", "warp_wide", "warp_elements",
+                 "registers", "smem", "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
+BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "warp_fit", "warp_wide", "warp_elements", "smem",
+                  "smem/oneflow", "uncached", "cluster", "tile"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
 
 
@@ -167,6 +167,10 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     with pytest.raises(ValueError, match="warp tier holds at most"):
                         fn(**laid, out=out, **overrides)
                     continue
+            if overrides.get("tier") == d.ELEMENTS_TIER and d.warp_shape(cols, 1, direction) is None:
+                with pytest.raises(ValueError, match="warp tier holds at most"):
+                    fn(**laid, out=out, **overrides)
+                continue
             if overrides.get("tier") in d.FIT_FAMILY:
                 if d.fit_shape(span, pack, direction, family=d.FIT_FAMILY[overrides["tier"]]) is None:
                     with pytest.raises(ValueError, match="no fitted warp shape"):
@@ -204,7 +208,8 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
             _assert_close(result, reference, op, dtype, what)
             if tier != "auto" and op != "online_softmax" and layout != "offset-input-only":
                 forced = overrides["tier"]
-                assert which_tier(first, op, **overrides) == ("warp" if forced in d.FIT_FAMILY else forced), what
+                warp = forced in d.FIT_FAMILY or forced == d.ELEMENTS_TIER
+                assert which_tier(first, op, **overrides) == ("warp" if warp else forced), what
 
 
 @pytest.mark.parametrize("cols", COLS)
@@ -673,8 +678,8 @@ def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
     plan = s.plan_launch(op, rows, cols, dtype, dense=True)
     if "backward" not in op and torch.cuda.get_device_capability() < (9, 0):
         assert plan.alternatives == ()
-    else:  # the backward at 197 columns also times a wide fitted warp shape
-        assert len(plan.candidates) == (3 if cols == 197 else 2), plan
+    else:  # odd rows the warp tier holds also time one element a lane, the 197-column backward a wide shape
+        assert len(plan.candidates) == {31: 3, 197: 4}.get(cols, 2), plan
     inputs = _inputs(op, rows, cols, dtype, seed=rows + cols)
     reference = _reference(op, inputs)
     out = _poisoned_out(rows, cols, dtype, "contiguous")
@@ -713,6 +718,29 @@ def test_fitted_warp_shapes_at_odd_widths(op, dtype, cols, tier):
                 continue
             assert _function(op)(**laid, out=out, tier=tier) is out
             _assert_close(out, reference, op, dtype, f"{op} [{tier}] {_name(dtype)} ({rows}, {cols}) {layout}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("rows,cols", [(49152, 127), (3001, 197), (130, 577), (7, 1023), (33, 1024), (5, 1025)])
+def test_one_element_a_lane_on_aligned_rows(op, dtype, rows, cols):
+    """The warp tier's one-element kernels, which the first call times against the packed shapes on
+    odd rows, forced on tensors that would move in packs: every layout, poisoned outputs, the
+    reference; past the one-element warp shapes (1025 columns) a clear error."""
+    from bwbench.cuda.softmax import dispatch as d
+
+    direction = "backward" if "backward" in op else "forward"
+    inputs = _inputs(op, rows, cols, dtype, seed=rows + 3 * cols)
+    reference = _reference(op, inputs)
+    for layout in LAYOUTS:
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        out = _poisoned_out(rows, cols, dtype, layout)
+        if d.warp_shape(cols, 1, direction) is None:
+            with pytest.raises(ValueError, match="warp tier holds at most"):
+                _function(op)(**laid, out=out, tier=d.ELEMENTS_TIER)
+            continue
+        assert _function(op)(**laid, out=out, tier=d.ELEMENTS_TIER) is out
+        _assert_close(out, reference, op, dtype, f"{op} [one element] {_name(dtype)} ({rows}, {cols}) {layout}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)

@@ -629,6 +629,16 @@ def takes_tile(row_bytes: int, thresholds: Thresholds) -> bool:
     return not thresholds.tile_unaligned_only or row_bytes % PACK_BYTES != 0
 
 
+ELEMENTS_TIER = "warp_elements"
+"""The warp tier moving one element per access (the kernels that serve tensors whose rows start at
+different offsets within 16 bytes), timed on first use against the packed warp shapes where no pack
+divides a row. Narrow odd rows in packs hold a partial pack at each end and several packs a lane, so
+their kernels take 60-90 registers and keep a quarter to a half of the warp slots busy; one element
+a lane takes 22-37 and keeps 60-85% busy. Nsight Compute, H100, float16, cold L2 (µs, packed
+against one element a lane): 49152 x 127 forward 14.2 / 10.8, backward (the tile tier) 15.2 /
+13.6; 49152 x 129 forward 14.0 / 12.1, backward 18.0 / 15.2; 151296 x 197 forward 46.5 / 44.4;
+it lost at 31 and 33 columns (6.9-9.0 / 10.3-10.6) and in the 197-column backward (61.2 / 64.9)."""
+
 FORWARD_TILE_MAX_ROW_BYTES = 512
 """Forward rows of at most this many bytes time the tile tier on first use: those its lanes hold in
 registers (row_tile.LANE_ELEMENTS) at two bytes an element. Past them it lost by 20-30 points."""
@@ -653,13 +663,17 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
     and 57 against 39) and lost at 31 and 33 (37 against 46-47); "warp_wide" won at 300 and 577
     (80 and 90 against 50 and 74) and, in the backward, at 129 and 197 (65 and 79 against the
     tile tier's 58 and 74).
+
+    And, for every packed warp-tier row that no 16-byte pack divides, the warp tier one element per
+    access (ELEMENTS_TIER), which won at 127, 129 and 197 columns and lost at 31 and 33.
     """
     if choice.tier == "warp":
         fitted = tuple(FIT_TIERS[family] for family in FIT_FAMILIES if family in fits_tighter)
-        odd_dense = dense and choice.pack > 1 and row_bytes % PACK_BYTES != 0
-        if odd_dense and (direction == "backward" or row_bytes <= FORWARD_TILE_MAX_ROW_BYTES):
-            return ("tile", *fitted)
-        return fitted
+        odd = choice.pack > 1 and row_bytes % PACK_BYTES != 0
+        elements = (ELEMENTS_TIER,) if odd else ()
+        if dense and odd and (direction == "backward" or row_bytes <= FORWARD_TILE_MAX_ROW_BYTES):
+            return ("tile", *fitted, *elements)
+        return (*fitted, *elements)
     if direction == "forward" and choice.tier == "smem" and clusters and smem_blocks_per_sm == 1:
         return ("cluster",)
     return ()

@@ -219,6 +219,9 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
     if rows < 1 or cols < 1:
         raise ValueError(f"nothing to launch for shape ({rows}, {cols})")
+    if tier == dispatch.ELEMENTS_TIER:
+        # The warp tier in one-element packs: any row offsets, so every row starts "aligned".
+        pack, starts_aligned, tier = 1, True, "warp"
     direction, algorithm, key = OPERATIONS[op]
     itemsize = dispatch.ITEMSIZE[ctype]
     th = thresholds or DEFAULT_THRESHOLDS[key]
@@ -412,4 +415,5 @@ def _forced_choice(op, direction, span, pack, th, tier, block, one_pass, occupan
     if tier == "uncached":
         return dispatch.TierChoice("uncached", one_pass=one_pass, pack=pack,
                                    block=dispatch.uncached_block_size(span, pack, th.uncached_packs_per_thread))
-    raise ValueError(f"tier must be warp, warp_fit, warp_wide, registers, smem or uncached for {op}, got {tier!r}")
+    raise ValueError(f"tier must be warp, warp_fit, warp_wide, {dispatch.ELEMENTS_TIER}, registers, smem or uncached "
+                     f"for {op}, got {tier!r}")
