@@ -35,7 +35,8 @@ COLS = [1, 3, 33, 64, 1000, 1023, 4096, 4097, 65535]
 ROWS = [1, 7, 130]
 LAYOUTS = ["contiguous", "offset", "offset-input-only", "strided"]
 FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "warp_fit", "warp_wide", "warp_elements",
-                 "registers", "smem", "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster", "tile"]
+                 "registers", "smem", "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster",
+                 "tile"]
 BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "warp_fit", "warp_wide", "warp_elements", "smem",
                   "smem/oneflow", "uncached", "cluster", "tile"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
