@@ -114,7 +114,8 @@ KERNELS = (
     *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
       for name in (f"bnr::{_GROUP_KERNEL[direction]}<{t}, {str(res).lower()}, {r}>" for r in
                    GROUP_IMAGES[(direction, res)])),
-    *(name for t in _TYPES for res in (False, True) if (name := group_held_kernel("forward", t, res))),
+    *(name for t in _TYPES for res in (False, True) for direction in ("forward", "backward")
+      if (name := group_held_kernel(direction, t, res))),
     *(name for t in _TYPES for res in (False, True) for name in nhwc_regs_kernels(t, res).values()),
 )
 """Every kernel of kernels/bn_relu.cu the launcher names."""
