@@ -19,12 +19,6 @@ from bwbench.timing import Timer
 TIMED_LAUNCHES = 3
 """Timed launches per candidate (the fastest counts), after the Timer's untimed warm-up."""
 
-SHORT_KERNEL_US = 25.0
-SHORT_LAUNCHES = 12
-"""A candidate whose fastest of TIMED_LAUNCHES is under SHORT_KERNEL_US gets SHORT_LAUNCHES more:
-at 5-9 µs a few microseconds of timer jitter outweigh the candidates' difference, and three
-samples let separate runs keep different ones."""
-
 _TIMERS: dict[int, Timer] = {}
 
 
@@ -38,14 +32,7 @@ def _timer(device: int) -> Timer:
     return _TIMERS[device]
 
 
-def _policy(launches: int) -> SamplingPolicy:
-    return SamplingPolicy(min_samples=launches, max_samples=launches, batch=launches, max_seconds=60.0)
-
-
 def cold_launch_us(run: Callable[[], None], device: int, launches: int = TIMED_LAUNCHES) -> float:
-    """Fastest of `launches` cold calls of `run` (microseconds, CUDA events), and of SHORT_LAUNCHES
-    more where it is a short kernel."""
-    fastest = min(_timer(device).cold(run, _policy(launches)).samples_us)
-    if fastest < SHORT_KERNEL_US:
-        fastest = min(fastest, *_timer(device).cold(run, _policy(SHORT_LAUNCHES)).samples_us)
-    return fastest
+    """Fastest of `launches` cold calls of `run` (microseconds, CUDA events)."""
+    policy = SamplingPolicy(min_samples=launches, max_samples=launches, batch=launches, max_seconds=60.0)
+    return min(_timer(device).cold(run, policy).samples_us)
