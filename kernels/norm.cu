@@ -16,14 +16,18 @@
 //   norm_tile, norm_span, norm_span_rows   rows of an odd byte count, moved in aligned 16-byte
 //                    packs although they do not start on one (see their sections).
 //
-// Statistics (LayerNorm): each thread runs Welford's update over its elements, the partial
-// states are combined with Chan et al.'s pairwise merge across lanes (shuffles) and warps (shared
-// memory). E[x^2] - E[x]^2 is never formed, so rows whose mean is large against their spread
-// (mean 1e4, std 1) do not cancel catastrophically. Two more details keep such rows exact:
-//   - the values are shifted by the row's first element K before the update. Welford's mean of
-//     x - K is then of the order of the spread, not of the mean, so the float32 rounding of the
-//     mean (half an ulp of 1e4 is 5e-4, far more than the float32 tolerance of y) never reaches
-//     y = ((x - K) - mean') * rstd; the mean written out is K + mean'.
+// Statistics (LayerNorm): norm_span_rows takes the sums of x - K and its squares in one pass, K
+// near the mean, and a second pass only where those cancel (normk::row_moments); norm_warp's full
+// rows take two warp sums (the mean, then the squares about it); the others run Welford's update
+// per thread, the partial states combined with Chan et al.'s pairwise merge across lanes
+// (shuffles) and warps (shared memory). E[x^2] - E[x]^2 is never formed unshifted, so rows whose
+// mean is large against their spread (mean 1e4, std 1) do not cancel catastrophically. Two more
+// details keep such rows exact:
+//   - the values are shifted by K, the row's first element or (norm_span_rows) the mean of eight
+//     spread over it, before the update. The mean of x - K is then of the order of the spread,
+//     not of the mean, so the float32 rounding of the mean (half an ulp of 1e4 is 5e-4, far more
+//     than the float32 tolerance of y) never reaches y = ((x - K) - mean') * rstd; the mean
+//     written out is K + mean'.
 //   - merges are ordered (the lower lane's state first) so that both partners of a butterfly step
 //     compute bit-identical results: every lane normalizes its part of the row with the same
 //     statistics.
@@ -276,8 +280,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // ---------------------------------------------------------------------------------------------
 
 // A shift K near the row's mean, the same bits in every thread of the row: the mean of eight of
-// its elements spread over it, rounded to T (so an element set to K is exactly K: LayerNorm's
-// neutral edge elements). The eight are summed in pairs, so a constant row gives K = its value.
+// its elements spread over it (columns (i cols) >> 3), rounded to T (so an element set to K is
+// exactly K: LayerNorm's neutral edge elements). Summed in pairs, so a constant row gives K = its
+// value.
 template <typename T>
 __device__ __forceinline__ float row_shift(const T* row, int cols) {
     float s[8];
@@ -301,19 +306,55 @@ struct PairSum {
     }
 };
 
-// mean and variance of d = x - K from the row's sums of d and d^2 (n values). With K near the
-// mean, E[d^2] - E[d]^2 cancels little; `exact` tells whether it cancelled less than half of
-// E[d^2] (at most one bit of the variance lost). Otherwise K sits far out in the row (its sampled
-// elements are outliers) and the caller recomputes the variance as the squares about the mean.
-struct ShiftedMoments {
-    float mean, var;
-    bool exact;
+// LayerNorm's statistics of a row: the mean and variance of x - shift.
+struct RowMoments {
+    float mean, var, shift;
 };
-__device__ __forceinline__ ShiftedMoments shifted_moments(float2 sums, float n) {
+
+// The statistics in one pass where it suffices: the sums of d = x - K and d^2 (K near the mean,
+// row_shift), var = E[d^2] - E[d]^2. Where that cancelled more than half of E[d^2] (at most one
+// bit of the variance lost otherwise) K lies far out in the row (its sampled elements are
+// outliers), and a second pass takes the corrected two-pass form about c = K + mean, the mean so
+// far (an exact sum there, mean being near -K): the sums of e = x - c and e^2 give the variance
+// and what c is off by (the sum of x - K kept only float32's precision of K), and the row is then
+// shifted by c (from x - K, (x - K) * rstd and the offset would cancel to a few ulps of K).
+// Two passes every row had cost LayerNorm a sixth more instructions than RMSNorm and, in a block a
+// row, a second block reduction.
+//   for_each(f): f(x) for every value this thread holds, `neutrals` values of K among them over the
+//                row (span_rows' edge elements);
+//   reduce(float2): the two sums over the row, the same bits in every thread of it.
+// Every thread of a warp calls it (the second pass is taken by the warp if any of its rows needs it).
+template <typename Reduce, typename ForEach>
+__device__ __forceinline__ RowMoments row_moments(float k, float n, float neutrals, Reduce&& reduce,
+                                                  ForEach&& for_each) {
+    float2 sums = make_float2(0.0f, 0.0f);
+    for_each([&](float v) {
+        const float d = v - k;
+        sums.x += d;
+        sums.y = fmaf(d, d, sums.y);
+    });
+    sums = reduce(sums);
     const float mean = sums.x / n;
     const float squares = sums.y / n;
-    const float mean_sq = mean * mean;
-    return {mean, fmaxf(squares - mean_sq, 0.0f), mean_sq <= 0.5f * squares};
+    const bool exact = mean * mean <= 0.5f * squares;
+    RowMoments m{mean, fmaxf(squares - mean * mean, 0.0f), k};
+    if (__any_sync(0xffffffffu, !exact)) {
+        const float center = k + mean;
+        float2 about = make_float2(0.0f, 0.0f);
+        for_each([&](float v) {
+            const float e = v - center;
+            about.x += e;
+            about.y = fmaf(e, e, about.y);
+        });
+        about = reduce(about);
+        const float neutral = k - center;  // each neutral value's e
+        if (!exact) {
+            m.shift = center;
+            m.mean = fmaf(-neutrals, neutral, about.x) / n;
+            m.var = fmaxf(fmaf(-neutrals * neutral, neutral, about.y) / n - m.mean * m.mean, 0.0f);
+        }
+    }
+    return m;
 }
 
 }  // namespace normk
@@ -1034,7 +1075,7 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // in registers instead, gamma and beta took LayerNorm's 8-pack kernel to 232 registers, 8 warps an
 // SM. Statistics: LayerNorm sums x - K and its squares in one pass, K near the row's mean
 // (normk::row_shift), and takes the squares about the mean in a second pass only where those
-// cancel (normk::shifted_moments); RMSNorm sums the squares. Reduced over the row's threads.
+// cancel (normk::row_moments); RMSNorm sums the squares. Reduced over the row's threads.
 // =============================================================================================
 // Blocks an SM norm_span_rows is built for. The groups (W < B) stop at seven 128-thread blocks:
 // left free, the compiler gave them 96-114 registers, four blocks an SM, and Nsight Compute found
@@ -1182,43 +1223,11 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             for_each([&](float v) { ss = fmaf(v, v, ss); });
             rstd = rsqrtf(reduce(ss) / fcols + eps);
         } else {
-            // One pass for the sums of d = x - K and d^2; a second only where K lies far out in
-            // the row and they cancelled (normk::shifted_moments). Two passes every row had cost
-            // LayerNorm about a sixth more instructions than RMSNorm.
-            float2 sums = make_float2(0.0f, 0.0f);
-            for_each([&](float v) {
-                const float d = v - k;
-                sums.x += d;
-                sums.y = fmaf(d, d, sums.y);
-            });
-            const normk::ShiftedMoments moments = normk::shifted_moments(reduce_pair(sums), fcols);
-            mean = moments.mean;
-            float var = moments.var;
-            bool again = !moments.exact;  // uniform over a block a row: its sums are the same bits
-            if constexpr (W != B) again = __any_sync(0xffffffffu, again);  // the warp's groups shuffle together
-            if (again) {
-                // The corrected two-pass form about c = K + mean, the mean so far (exact where mean
-                // is near -K): the sums of e = x - c and e^2 give the variance and what c is off by
-                // (the sum of x - K kept only float32's precision of K). y is then formed from
-                // x - c: from x - K, (x - K) * rstd and the offset would cancel to a few ulps of K.
-                const float center = k + mean;
-                float2 about = make_float2(0.0f, 0.0f);
-                for_each([&](float v) {
-                    const float e = v - center;
-                    about.x += e;
-                    about.y = fmaf(e, e, about.y);
-                });
-                about = reduce_pair(about);
-                const float neutrals = static_cast<float>(span * N - cols);  // each added e = K - c
-                const float neutral = k - center;
-                if (!moments.exact) {
-                    shift = center;
-                    mean = fmaf(-neutrals, neutral, about.x) / fcols;
-                    const float squares = fmaf(-neutrals * neutral, neutral, about.y) / fcols;
-                    var = fmaxf(squares - mean * mean, 0.0f);
-                }
-            }
-            rstd = rsqrtf(var + eps);
+            const normk::RowMoments m =
+                normk::row_moments(k, fcols, static_cast<float>(span * N - cols), reduce_pair, for_each);
+            mean = m.mean;
+            shift = m.shift;
+            rstd = rsqrtf(m.var + eps);
             if (t == 0 && live) mean_out[row] = shift + mean;
         }
         if (t == 0 && live) rstd_out[row] = rstd;
