@@ -16,14 +16,18 @@
 //   norm_tile, norm_span, norm_span_rows   rows of an odd byte count, moved in aligned 16-byte
 //                    packs although they do not start on one (see their sections).
 //
-// Statistics (LayerNorm): each thread runs Welford's update over its elements, the partial
-// states are combined with Chan et al.'s pairwise merge across lanes (shuffles) and warps (shared
-// memory). E[x^2] - E[x]^2 is never formed, so rows whose mean is large against their spread
-// (mean 1e4, std 1) do not cancel catastrophically. Two more details keep such rows exact:
-//   - the values are shifted by the row's first element K before the update. Welford's mean of
-//     x - K is then of the order of the spread, not of the mean, so the float32 rounding of the
-//     mean (half an ulp of 1e4 is 5e-4, far more than the float32 tolerance of y) never reaches
-//     y = ((x - K) - mean') * rstd; the mean written out is K + mean'.
+// Statistics (LayerNorm): norm_span_rows takes the sums of x - K and its squares in one pass, K
+// near the mean, and a second pass only where those cancel (normk::row_moments); norm_warp's full
+// rows take two warp sums (the mean, then the squares about it); the others run Welford's update
+// per thread, the partial states combined with Chan et al.'s pairwise merge across lanes
+// (shuffles) and warps (shared memory). E[x^2] - E[x]^2 is never formed unshifted, so rows whose
+// mean is large against their spread (mean 1e4, std 1) do not cancel catastrophically. Two more
+// details keep such rows exact:
+//   - the values are shifted by K, the row's first element or (norm_span_rows) the mean of eight
+//     spread over it, before the update. The mean of x - K is then of the order of the spread,
+//     not of the mean, so the float32 rounding of the mean (half an ulp of 1e4 is 5e-4, far more
+//     than the float32 tolerance of y) never reaches y = ((x - K) - mean') * rstd; the mean
+//     written out is K + mean'.
 //   - merges are ordered (the lower lane's state first) so that both partners of a butterfly step
 //     compute bit-identical results: every lane normalizes its part of the row with the same
 //     statistics.
@@ -269,6 +273,88 @@ __device__ __forceinline__ void cp_async_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm's statistics in one pass over the row
+// ---------------------------------------------------------------------------------------------
+
+// A shift K near the row's mean, the same bits in every thread of the row: the mean of eight of
+// its elements spread over it (columns (i cols) >> 3), rounded to T (so an element set to K is
+// exactly K: LayerNorm's neutral edge elements). Summed in pairs, so a constant row gives K = its
+// value.
+template <typename T>
+__device__ __forceinline__ float row_shift(const T* row, int cols) {
+    float s[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i] = bw::to_float(row[(i * cols) >> 3]);
+    const float sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    return bw::to_float(bw::from_float<T>(sum * 0.125f));
+}
+
+// Two sums reduced together over aligned groups of Width lanes (LayerNorm's sums of d and d^2):
+// their shuffles interleave, and a block pays one pair of barriers for both.
+template <int Width>
+struct PairSum {
+    __device__ __forceinline__ float2 operator()(float2 v) const {
+#pragma unroll
+        for (int mask = Width / 2; mask > 0; mask /= 2) {
+            v.x += __shfl_xor_sync(0xffffffffu, v.x, mask, Width);
+            v.y += __shfl_xor_sync(0xffffffffu, v.y, mask, Width);
+        }
+        return v;
+    }
+};
+
+// LayerNorm's statistics of a row: the mean and variance of x - shift.
+struct RowMoments {
+    float mean, var, shift;
+};
+
+// The statistics in one pass where it suffices: the sums of d = x - K and d^2 (K near the mean,
+// row_shift), var = E[d^2] - E[d]^2. Where that cancelled more than half of E[d^2] (at most one
+// bit of the variance lost otherwise) K lies far out in the row (its sampled elements are
+// outliers), and a second pass takes the corrected two-pass form about c = K + mean, the mean so
+// far (an exact sum there, mean being near -K): the sums of e = x - c and e^2 give the variance
+// and what c is off by (the sum of x - K kept only float32's precision of K), and the row is then
+// shifted by c (from x - K, (x - K) * rstd and the offset would cancel to a few ulps of K).
+// Two passes every row had cost LayerNorm a sixth more instructions than RMSNorm and, in a block a
+// row, a second block reduction.
+//   for_each(f): f(x) for every value this thread holds, `neutrals` values of K among them over the
+//                row (span_rows' edge elements);
+//   reduce(float2): the two sums over the row, the same bits in every thread of it.
+// Every thread of a warp calls it (the second pass is taken by the warp if any of its rows needs it).
+template <typename Reduce, typename ForEach>
+__device__ __forceinline__ RowMoments row_moments(float k, float n, float neutrals, Reduce&& reduce,
+                                                  ForEach&& for_each) {
+    float2 sums = make_float2(0.0f, 0.0f);
+    for_each([&](float v) {
+        const float d = v - k;
+        sums.x += d;
+        sums.y = fmaf(d, d, sums.y);
+    });
+    sums = reduce(sums);
+    const float mean = sums.x / n;
+    const float squares = sums.y / n;
+    const bool exact = mean * mean <= 0.5f * squares;
+    RowMoments m{mean, fmaxf(squares - mean * mean, 0.0f), k};
+    if (__any_sync(0xffffffffu, !exact)) {
+        const float center = k + mean;
+        float2 about = make_float2(0.0f, 0.0f);
+        for_each([&](float v) {
+            const float e = v - center;
+            about.x += e;
+            about.y = fmaf(e, e, about.y);
+        });
+        about = reduce(about);
+        const float neutral = k - center;  // each neutral value's e
+        if (!exact) {
+            m.shift = center;
+            m.mean = fmaf(-neutrals, neutral, about.x) / n;
+            m.var = fmaxf(fmaf(-neutrals * neutral, neutral, about.y) / n - m.mean * m.mean, 0.0f);
+        }
+    }
+    return m;
 }
 
 }  // namespace normk
@@ -987,8 +1073,9 @@ norm_span(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restr
 // each. On another grid a block a row rewrites the copy when its row's lead changes, and a group's
 // row at another lead reads them from global memory element by element: slower, still right. Held
 // in registers instead, gamma and beta took LayerNorm's 8-pack kernel to 232 registers, 8 warps an
-// SM. Statistics: the shifted two-pass sums of the tile tier (the mean of x - K, then the squares
-// about it), reduced over the row's threads.
+// SM. Statistics: LayerNorm sums x - K and its squares in one pass, K near the row's mean
+// (normk::row_shift), and takes the squares about the mean in a second pass only where those
+// cancel (normk::row_moments); RMSNorm sums the squares. Reduced over the row's threads.
 // =============================================================================================
 // Blocks an SM norm_span_rows is built for. The groups (W < B) stop at seven 128-thread blocks:
 // left free, the compiler gave them 96-114 registers, four blocks an SM, and Nsight Compute found
@@ -1054,6 +1141,13 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             return bw::warp_allreduce<bw::SumOp, W>(v);
         }
     };
+    auto reduce_pair = [](float2 v) {
+        if constexpr (W == B) {
+            return bw::block_allreduce_of<float2, normk::PairSum<32>, true>(v, make_float2(0.0f, 0.0f));
+        } else {
+            return normk::PairSum<W>()(v);
+        }
+    };
     // The loop runs as long as the block's (W = B) or the warp's first row is in range, the same
     // number of times for every group of a warp, which shuffle together. For a block a row the
     // offsets are 0 and `live` is true at compile time: one add and one compare a row, as in the
@@ -1084,14 +1178,14 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             }
         }
         // LayerNorm: the row's two edge packs hold elements of the neighbouring rows; they become
-        // the row's first value K (so x - K is 0, and the squares are corrected below), and every
+        // the row's shift K (so x - K is 0 there, and the sums need no correction), and every
         // pack then takes the same arithmetic. Tested element by element in each of its passes
         // instead, the edges cost a branch a pass and about a third of a 1023-column row's
         // instructions (LayerNorm 3-6 points of copy at odd widths, H100). RMSNorm, one pass, keeps
         // the tests: there the uniform passes cost it 3-5 points at 1023-4097 columns.
-        const float k = kRms ? 0.0f : bw::to_float(xr[0]);
+        const float k = kRms ? 0.0f : (live ? normk::row_shift(xr, cols) : 0.0f);
         if constexpr (!kRms) {
-            const T neutral = bw::from_float<T>(k);  // x[row, 0] again: a float holds every T exactly
+            const T neutral = bw::from_float<T>(k);  // K is a T value: exact
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 const int first = (t + p * W) * N - lead;
@@ -1123,25 +1217,18 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 }
             }
         };
-        float mean = 0.0f, rstd;
+        float mean = 0.0f, rstd, shift = k;  // y is formed from x - shift (LayerNorm)
         if constexpr (kRms) {
             float ss = 0.0f;
             for_each([&](float v) { ss = fmaf(v, v, ss); });
             rstd = rsqrtf(reduce(ss) / fcols + eps);
         } else {
-            float sum = 0.0f;
-            for_each([&](float v) { sum += v - k; });
-            mean = reduce(sum) / fcols;
-            float m2 = 0.0f;
-            for_each([&](float v) {
-                const float d = (v - k) - mean;
-                m2 = fmaf(d, d, m2);
-            });
-            // Each of the span's span * N - cols neutral values added (0 - mean)^2.
-            const float neutrals = static_cast<float>(span * N - cols);
-            m2 = fmaxf(reduce(m2) - neutrals * mean * mean, 0.0f);
-            rstd = rsqrtf(m2 / fcols + eps);
-            if (t == 0 && live) mean_out[row] = k + mean;
+            const normk::RowMoments m =
+                normk::row_moments(k, fcols, static_cast<float>(span * N - cols), reduce_pair, for_each);
+            mean = m.mean;
+            shift = m.shift;
+            rstd = rsqrtf(m.var + eps);
+            if (t == 0 && live) mean_out[row] = shift + mean;
         }
         if (t == 0 && live) rstd_out[row] = rstd;
         const float offset = -mean * rstd;
@@ -1170,7 +1257,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             }
             if constexpr (!kRms) {
 #pragma unroll
-                for (int j = 0; j < N; ++j) f[j] -= k;
+                for (int j = 0; j < N; ++j) f[j] -= shift;
             }
             if constexpr (kRms) {
                 if (first >= 0 && first + N <= cols) {

@@ -202,6 +202,30 @@ def test_mean_1e4_std_1_rows(dtype, tier):
             assert torch.allclose(got[2], torch.ones_like(got[2]), rtol=0.5)
 
 
+def _far_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """N(0, 1) rows, every other one with 1e3 at seven of the eight places normk::row_shift samples:
+    its shift K is then far from the mean, E[d^2] - E[d]^2 cancels, and the kernels that take the
+    statistics in one pass must take the second; neighbouring rows, in the same warp, need not.
+    Column 0 stays ordinary: the tiers that shift by K = x[row, 0] keep the mean to K's float32
+    precision, which an outlier there would put outside the suite's tolerance for the mean."""
+    x = _random(rows, cols, torch.float32, seed)
+    x[::2, [(i * cols) >> 3 for i in range(1, 8)]] = 1e3
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_rows_whose_sampled_elements_are_outliers(dtype, tier):
+    """LayerNorm where one pass over the shifted values would cancel (every other row), within the
+    suite's tolerances."""
+    for rows, cols in [(9, 33), (33, 768), (9, 1023), (9, 1025), (64, 1024), (9, 4097), (5, 12289), (3, 30001)]:
+        if not _takes(tier, cols, dtype):
+            continue
+        x, gamma, beta = _inputs(rows, cols, dtype, False, "far")
+        got = _run("layer_norm", x, gamma, beta, rms=False, tier=tier)
+        _check(got, x, gamma, beta, False, f"outlier samples tier={tier} ({rows}, {cols}) {dtype}")
+
+
 @pytest.mark.parametrize("tier", TIERS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_constant_rows(dtype, tier):
@@ -348,8 +372,14 @@ def _launch_exactly(chosen, x, gamma, beta, rms: bool):
     return out
 
 
-def _inputs(rows: int, cols: int, dtype, rms: bool, cancel: bool):
-    x = _cancellation_rows(rows, cols, dtype, seed=cols) if cancel and not rms else _random(rows, cols, dtype, seed=cols)
+def _inputs(rows: int, cols: int, dtype, rms: bool, cancel: bool | str):
+    """x (random; cancel=True: mean-1e4 rows; cancel="far": _far_rows) and gamma and beta."""
+    if cancel == "far":
+        x = _far_rows(rows, cols, dtype, seed=cols)
+    elif cancel and not rms:
+        x = _cancellation_rows(rows, cols, dtype, seed=cols)
+    else:
+        x = _random(rows, cols, dtype, seed=cols)
     return (x, *_params(cols, dtype, seed=rows))
 
 
@@ -375,7 +405,7 @@ def test_every_registers_instantiation(dtype, rms):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_span_rows_instantiation(dtype, rms):
     """Each norm_span_rows kernel on rows of its longest span, ragged and short rows, odd and whole
-    byte counts and mean-1e4 rows, with the grid the launcher gives and with 7 blocks striding over
+    byte counts, mean-1e4 rows and rows whose shift is an outlier, with the grid the launcher gives and with 7 blocks striding over
     the rows (a block's rows then start at different offsets within a pack, so the rows off the
     block's offset read gamma and beta from global memory)."""
     from bwbench.cuda import loader
@@ -388,12 +418,15 @@ def test_every_span_rows_instantiation(dtype, rms):
         longest = config.slots * pack - pack + 1
         many = 3 * config.rows_per_block + 1  # several rows a group, the last block's groups partly idle
         for rows, cols, cancel in [(5, longest, False), (9, longest - 2, True), (many, longest - pack + 1, False),
-                                   (many, config.slots * pack // 2 + 3, False), (4, 1, False), (13, 3, False)]:
+                                   (many, config.slots * pack // 2 + 3, "far"), (4, 1, False), (13, 3, False)]:
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
             chosen = norm.NormPlan("span_rows", config.name(ctype, rms), pack, config.block,
                                    norm.span_rows_smem_bytes(cols, ctype, rms), config.rows_per_block)
             if chosen.smem_bytes + norm.STATIC_SMEM_MARGIN > 48 * 1024:  # static memory counts too
-                loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), chosen.smem_bytes, 0)
+                # The launcher's limit, not this row's: a lower one would stay on the kernel and
+                # fail a later test's launch of longer rows that the launcher planned before it.
+                limit = loader.max_shared_memory_per_block(0) - norm.STATIC_SMEM_MARGIN
+                loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), limit, 0)
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols})")
             out = _poisoned(x, rms)
             mean, rstd = (None, out[1]) if rms else (out[1], out[2])
