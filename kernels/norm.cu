@@ -327,27 +327,24 @@ struct RowMoments {
 template <typename Reduce, typename ForEach>
 __device__ __forceinline__ RowMoments row_moments(float k, float n, float neutrals, Reduce&& reduce,
                                                   ForEach&& for_each) {
-    float2 sums = make_float2(0.0f, 0.0f);
-    for_each([&](float v) {
-        const float d = v - k;
-        sums.x += d;
-        sums.y = fmaf(d, d, sums.y);
-    });
-    sums = reduce(sums);
+    auto sums_about = [&](float c) {  // of x - c and its squares over the row
+        float2 sums = make_float2(0.0f, 0.0f);
+        for_each([&](float v) {
+            const float d = v - c;
+            sums.x += d;
+            sums.y = fmaf(d, d, sums.y);
+        });
+        return reduce(sums);
+    };
+    const float2 sums = sums_about(k);
     const float mean = sums.x / n;
     const float squares = sums.y / n;
     const bool exact = mean * mean <= 0.5f * squares;
     RowMoments m{mean, fmaxf(squares - mean * mean, 0.0f), k};
     if (__any_sync(0xffffffffu, !exact)) {
         const float center = k + mean;
-        float2 about = make_float2(0.0f, 0.0f);
-        for_each([&](float v) {
-            const float e = v - center;
-            about.x += e;
-            about.y = fmaf(e, e, about.y);
-        });
-        about = reduce(about);
-        const float neutral = k - center;  // each neutral value's e
+        const float2 about = sums_about(center);
+        const float neutral = k - center;  // each neutral value's x - c
         if (!exact) {
             m.shift = center;
             m.mean = fmaf(-neutrals, neutral, about.x) / n;
