@@ -405,9 +405,9 @@ def test_every_registers_instantiation(dtype, rms):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_span_rows_instantiation(dtype, rms):
     """Each norm_span_rows kernel on rows of its longest span, ragged and short rows, odd and whole
-    byte counts, mean-1e4 rows and rows whose shift is an outlier, with the grid the launcher gives and with 7 blocks striding over
-    the rows (a block's rows then start at different offsets within a pack, so the rows off the
-    block's offset read gamma and beta from global memory)."""
+    byte counts, mean-1e4 rows and rows whose shift is an outlier, with the grid the launcher gives
+    and with 7 blocks striding over the rows (a block's rows then start at different offsets within
+    a pack, so the rows off the block's offset read gamma and beta from global memory)."""
     from bwbench.cuda import loader
 
     norm = _norm()
