@@ -20,12 +20,13 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+SOFTMAX_FORWARD_TIERS = ("warp", "warp_fit", "warp_wide", "warp_elements", "registers", "smem", "uncached", "cluster",
+                         "tile")
+
 OPS = {
     # op: (suite whose reference and tolerance check it, reads+writes in tensors of the input's size, tiers)
-    "softmax": ("softmax", 2, ("warp", "warp_fit", "warp_wide", "warp_elements", "registers", "smem", "uncached",
-                               "cluster", "tile")),
-    "log_softmax": ("log_softmax", 2, ("warp", "warp_fit", "warp_wide", "warp_elements", "registers", "smem",
-                                       "uncached", "cluster", "tile")),
+    "softmax": ("softmax", 2, SOFTMAX_FORWARD_TIERS),
+    "log_softmax": ("log_softmax", 2, SOFTMAX_FORWARD_TIERS),
     "softmax_backward": ("softmax_backward", 3, ("warp", "warp_wide", "warp_elements", "smem", "uncached", "cluster",
                                                  "tile")),
     "layer_norm": ("layernorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
