@@ -306,6 +306,17 @@ struct PairSum {
     }
 };
 
+// A compile-time flag passed to a generic lambda (decltype(flag)::value).
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
+};
+
+// The largest offset LayerNorm's store folds its shift into (norm_span_rows): x * rstd + folded is
+// then off from (x - shift) * rstd + offset by at most half an ulp of 16 (1e-6), a tenth of the
+// float32 y tolerance's absolute part.
+constexpr float kFoldedOffsetMax = 16.0f;
+
 // LayerNorm's statistics of a row: the mean and variance of x - shift.
 struct RowMoments {
     float mean, var, shift;
@@ -1233,50 +1244,62 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         if constexpr (!kRms) normk::opaque(raw);
         T* yr = y + static_cast<i64>(row) * cols;
         PackT* ys = reinterpret_cast<PackT*>(yr - lead);
+        // LayerNorm's y = (x - shift) * rstd + offset, as x * rstd + folded where `folded` is small
+        // (normk::kFoldedOffsetMax): one subtraction fewer an element. Rows whose mean is large
+        // against their spread keep the subtraction.
+        const float folded = fmaf(-shift, rstd, offset);
+        auto store_row = [&](auto fold) {
+            constexpr bool kFold = decltype(fold)::value;
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-            const int kp = t + p * W;
-            if (kp >= span) continue;
-            const int first = kp * N - lead;
-            float f[N], g[N], b[N];
-            normk::to_floats(raw[p], f);
-            if (shifted) {
-                normk::to_floats(g_shared[kp], g);
-                if constexpr (!kRms) normk::to_floats(b_shared[kp], b);
-            } else {
-#pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    const int c = first + j;
-                    const bool in = c >= 0 && c < cols;
-                    g[j] = in ? bw::to_float(gamma[c]) : 0.0f;
-                    b[j] = !kRms && in ? bw::to_float(beta[c]) : 0.0f;
-                }
-            }
-            if constexpr (!kRms) {
-#pragma unroll
-                for (int j = 0; j < N; ++j) f[j] -= shift;
-            }
-            if constexpr (kRms) {
-                if (first >= 0 && first + N <= cols) {
-                    normk::store_normalized<T, kRms, N>(reinterpret_cast<T*>(ys + kp), f, rstd, offset, g, b);
-                } else {  // an edge pack: only this row's elements
+            for (int p = 0; p < P; ++p) {
+                const int kp = t + p * W;
+                if (kp >= span) continue;
+                const int first = kp * N - lead;
+                float f[N], g[N], b[N];
+                normk::to_floats(raw[p], f);
+                if (shifted) {
+                    normk::to_floats(g_shared[kp], g);
+                    if constexpr (!kRms) normk::to_floats(b_shared[kp], b);
+                } else {
 #pragma unroll
                     for (int j = 0; j < N; ++j) {
-                        if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(f[j] * rstd * g[j]);
+                        const int c = first + j;
+                        const bool in = c >= 0 && c < cols;
+                        g[j] = in ? bw::to_float(gamma[c]) : 0.0f;
+                        b[j] = !kRms && in ? bw::to_float(beta[c]) : 0.0f;
                     }
                 }
-            } else {  // y for the whole pack, then the store: the edge packs' arithmetic as the others'
-                float out[N];
-                normk::normalize<kRms, N>(f, rstd, offset, g, b, out);
-                if (first >= 0 && first + N <= cols) {
-                    normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + kp));
-                } else {  // an edge pack: only this row's elements
+                if constexpr (kRms) {
+                    if (first >= 0 && first + N <= cols) {
+                        normk::store_normalized<T, kRms, N>(reinterpret_cast<T*>(ys + kp), f, rstd, offset, g, b);
+                    } else {  // an edge pack: only this row's elements
 #pragma unroll
-                    for (int j = 0; j < N; ++j) {
-                        if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(out[j]);
+                        for (int j = 0; j < N; ++j) {
+                            if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(f[j] * rstd * g[j]);
+                        }
+                    }
+                } else {  // y for the whole pack, then the store: the edge packs' arithmetic as the others'
+                    if constexpr (!kFold) {
+#pragma unroll
+                        for (int j = 0; j < N; ++j) f[j] -= shift;
+                    }
+                    float out[N];
+                    normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
+                    if (first >= 0 && first + N <= cols) {
+                        normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + kp));
+                    } else {  // an edge pack: only this row's elements
+#pragma unroll
+                        for (int j = 0; j < N; ++j) {
+                            if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(out[j]);
+                        }
                     }
                 }
             }
+        };
+        if (!kRms && fabsf(folded) <= normk::kFoldedOffsetMax) {
+            store_row(normk::Flag<true>{});
+        } else {
+            store_row(normk::Flag<false>{});
         }
     }
 }

@@ -729,6 +729,33 @@ def test_span_rows_statistics_on_constant_rows(value):
         np.testing.assert_allclose(rstd, 1 / math.sqrt(eps), rtol=1e-6)
 
 
+FOLDED_OFFSET_MAX = 16.0
+"""kernels/norm.cu's normk::kFoldedOffsetMax."""
+
+
+@pytest.mark.parametrize("mean,std", [(0.0, 1.0), (3.0, 0.5), (-20.0, 4.0), (1e4, 1.0), (300.0, 2.0)])
+def test_store_folds_the_shift_only_where_it_stays_exact(mean, std):
+    """norm_span_rows' LayerNorm stores x * rstd + folded, folded = fma(-shift, rstd, offset), where
+    |folded| <= kFoldedOffsetMax: within 1e-6 of (x - shift) * rstd + offset, a tenth of the float32
+    y tolerance's absolute part. Rows past the bound (a mean far from 0 against the spread) keep the
+    subtraction; folded, those of mean 1e4 and std 1 would be off by more than that tolerance."""
+    x = (np.random.default_rng(7).standard_normal((64, 1023)) * std + mean).astype(np.float16).astype(F32)
+    shift = row_shift(x)
+    d = (x - shift[:, None]).astype(F32)
+    mu = (d.astype(np.float64).mean(1)).astype(F32)
+    rstd = (1 / np.sqrt(d.astype(np.float64).var(1) + 1e-5)).astype(F32)
+    offset = (-mu * rstd).astype(F32)
+    folded = _fma(-shift, rstd, offset)
+    exact = (x.astype(np.float64) - shift[:, None]) * rstd[:, None] + offset[:, None]
+    stored = _fma(x, rstd[:, None], folded[:, None])
+    error = np.abs(stored - exact).max(1)
+    fold = np.abs(folded) <= FOLDED_OFFSET_MAX
+    assert fold.all() == (abs(mean) / std < FOLDED_OFFSET_MAX / 2)
+    assert (error[fold] <= 1e-6).all()
+    if abs(mean) / std >= 1e3:
+        assert (error > 1e-5).all()
+
+
 def test_chan_merge_identity_and_empty_lanes():
     rows = 3
     a = (np.full(rows, 5, F32), np.array([1.5, -2, 7], F32), np.array([3, 0.25, 9], F32))
