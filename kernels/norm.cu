@@ -27,7 +27,8 @@
 //     spread over it, before the update. The mean of x - K is then of the order of the spread,
 //     not of the mean, so the float32 rounding of the mean (half an ulp of 1e4 is 5e-4, far more
 //     than the float32 tolerance of y) never reaches y = ((x - K) - mean') * rstd; the mean
-//     written out is K + mean'.
+//     written out is K + mean'. (norm_span_rows stores x * rstd - (K + mean') * rstd instead
+//     where that offset is at most 16, and the rounding it adds under 1e-6.)
 //   - merges are ordered (the lower lane's state first) so that both partners of a butterfly step
 //     compute bit-identical results: every lane normalizes its part of the row with the same
 //     statistics.
