@@ -6,6 +6,7 @@ catastrophically."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 
 import numpy as np
@@ -17,6 +18,7 @@ from bwbench.cuda.cudnn import CudnnNorm
 from bwbench.cuda.norm import NAIVE, OPTIMIZED
 from bwbench.cuda.norm import plan as norm
 from bwbench.discovery import get_suite
+from bwbench.paths import kernels_dir
 from bwbench.suite import Skip
 
 F32 = np.float32
@@ -729,8 +731,8 @@ def test_span_rows_statistics_on_constant_rows(value):
         np.testing.assert_allclose(rstd, 1 / math.sqrt(eps), rtol=1e-6)
 
 
-FOLDED_OFFSET_MAX = 16.0
-"""kernels/norm.cu's normk::kFoldedOffsetMax."""
+FOLDED_OFFSET_MAX = float(re.search(r"kFoldedOffsetMax = ([0-9.]+)f;", (kernels_dir() / "norm.cu").read_text()).group(1))
+"""kernels/norm.cu's normk::kFoldedOffsetMax, read from the source."""
 
 
 @pytest.mark.parametrize("mean,std", [(0.0, 1.0), (3.0, 0.5), (-20.0, 4.0), (1e4, 1.0), (300.0, 2.0)])
