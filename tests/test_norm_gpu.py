@@ -226,12 +226,7 @@ def test_rows_whose_first_element_is_an_outlier(dtype, tier):
     """LayerNorm with 1e3 in column 0 of every other row of N(0, 1) values: within the suite's
     tolerances where the tier does not shift by that element. Strict xfail elsewhere, so that a fix
     shows up as a failure to remove the mark."""
-    for rows, cols in [(9, 33), (33, 768), (9, 1023), (9, 1025), (64, 1024), (9, 4097), (5, 12289), (3, 30001)]:
-        if not _takes(tier, cols, dtype):
-            continue
-        x, gamma, beta = _inputs(rows, cols, dtype, False, "first")
-        got = _run("layer_norm", x, gamma, beta, rms=False, tier=tier)
-        _check(got, x, gamma, beta, False, f"outlier in column 0 tier={tier} ({rows}, {cols}) {dtype}")
+    _check_outlier_rows(dtype, tier, "first", "outlier in column 0")
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -239,12 +234,17 @@ def test_rows_whose_first_element_is_an_outlier(dtype, tier):
 def test_rows_whose_sampled_elements_are_outliers(dtype, tier):
     """LayerNorm where one pass over the shifted values would cancel (every other row), within the
     suite's tolerances."""
+    _check_outlier_rows(dtype, tier, "far", "outlier samples")
+
+
+def _check_outlier_rows(dtype, tier: str | None, cancel: str, what: str):
+    """LayerNorm of `_inputs(..., cancel)` rows at short, odd, model and long widths that `tier` takes."""
     for rows, cols in [(9, 33), (33, 768), (9, 1023), (9, 1025), (64, 1024), (9, 4097), (5, 12289), (3, 30001)]:
         if not _takes(tier, cols, dtype):
             continue
-        x, gamma, beta = _inputs(rows, cols, dtype, False, "far")
+        x, gamma, beta = _inputs(rows, cols, dtype, False, cancel)
         got = _run("layer_norm", x, gamma, beta, rms=False, tier=tier)
-        _check(got, x, gamma, beta, False, f"outlier samples tier={tier} ({rows}, {cols}) {dtype}")
+        _check(got, x, gamma, beta, False, f"{what} tier={tier} ({rows}, {cols}) {dtype}")
 
 
 @pytest.mark.parametrize("tier", TIERS)
