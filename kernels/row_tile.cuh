@@ -111,6 +111,42 @@ __device__ __forceinline__ void for_each_tile(Index rows, int cols, int tile_row
     }
 }
 
+// Tiles held in registers (the flat tiers): thread i loads packs i, i + blockDim, ... of the tile
+// straight into registers; PackRows says which of the tile's rows each element of such a pack
+// belongs to. For rows of at least P elements a pack spans two rows at most: elements [0, split)
+// belong to `row` and [split, P) to row + 1, rows counted from the tile's first (-1: the elements
+// before the tile, n: those after it, where the tile has n rows; the edge packs hold both).
+template <typename T>
+struct PackRows {
+    static constexpr int P = 16 / sizeof(T);
+    int row;
+    int split;
+    // Pack k of tile t, whose rows have `cols` >= P elements.
+    __device__ __forceinline__ PackRows(const Tile<T>& t, int k, int cols) {
+        const int at = k * P - t.lead;  // the pack's first element, counted from the tile's first; > -P >= -cols
+        row = (at + cols) / cols - 1;
+        split = (row + 1) * cols - at;  // in (0, cols]: at or past P, the whole pack is one row's
+    }
+    // The row of the pack's element i.
+    __device__ __forceinline__ int of(int i) const { return row + (i >= split ? 1 : 0); }
+    // Whether every element of the pack belongs to one of the tile's n rows.
+    __device__ __forceinline__ bool inside(int n) const { return row >= 0 && (split >= P ? row : row + 1) < n; }
+};
+
+// The packs of row r of a tile in its pack numbering, [first, last], and whether the row starts
+// inside pack `first` (so its part there is that pack's second segment, PackRows' row + 1).
+struct RowPacks {
+    int first;
+    int last;
+    bool starts_inside;
+    __device__ __forceinline__ RowPacks(int r, int cols, int lead, int pack) {
+        const int a = r * cols + lead, b = a + cols - 1;
+        first = a / pack;
+        last = b / pack;
+        starts_inside = a % pack != 0;
+    }
+};
+
 // A block's lanes in aligned groups of `width` (a power of two up to 32), one row a group.
 struct Groups {
     int lane;   // within the group

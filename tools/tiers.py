@@ -28,7 +28,7 @@ OPS = {
     "softmax": ("softmax", 2, SOFTMAX_FORWARD_TIERS),
     "log_softmax": ("log_softmax", 2, SOFTMAX_FORWARD_TIERS),
     "softmax_backward": ("softmax_backward", 3, ("warp", "warp_wide", "warp_elements", "smem", "uncached", "cluster",
-                                                 "tile")),
+                                                 "tile", "flat")),
     "layer_norm": ("layernorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
     "rms_norm": ("rmsnorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
 }

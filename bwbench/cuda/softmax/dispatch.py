@@ -40,6 +40,9 @@ __all__ = [
     "all_warp_shapes",
     "block_size_by_occupancy",
     "cache_bytes",
+    "FlatShape",
+    "flat_rows_most",
+    "flat_shape",
     "choose_online",
     "choose_tier",
     "kernel_name",
@@ -86,7 +89,7 @@ BLOCK_RULES = ("threads", "oneflow")
 
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
 ALGORITHMS = {"softmax": 0, "log_softmax": 1}
-TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster", "tile")
+TIERS = ("warp", "registers", "smem", "uncached", "online_warp", "online_block", "cluster", "tile", "flat")
 TILE_BLOCK = row_tile.BLOCK
 """Threads per block of the tile tier (softmax.cu's BW_SOFTMAX_TILE_BLOCK)."""
 CLUSTER_SIZES = (2, 4, 8, 16)
@@ -563,6 +566,69 @@ def tile_shape(rows: int, cols: int, itemsize: int, direction: str, tile_bytes: 
     return TileShape(group, tile_rows, smem, row_tile.lane_elements(cols))
 
 
+FLAT_BLOCK = 256
+"""Threads per block of the flat tier (softmax.cu's BW_SOFTMAX_FLAT_BLOCK)."""
+FLAT_PACKS_PER_THREAD = (2, 4)
+"""16-byte packs of y and of dy a thread of the flat tier holds (its kernels' K). H100, float16
+backward, 49152 rows, % of copy (tools/tiers.py), two packs against four: 31 columns 69 / 64, 33
+64 / 63, 127 80 / 75, 129 72 / 77, 197 78 / 80, 577 95 / 97, 1023 94 / 99, 2047 81 / 100; 151296 x
+197 96 / 98. One pack a thread lost to two everywhere (33 columns 65 against 64 was the closest)."""
+FLAT_COMBINE_READS = 4
+"""Segments one lane of the flat tier's row groups adds, at most, before the group's shuffles."""
+
+
+@dataclass(frozen=True)
+class FlatShape:
+    """The flat tier's launch: `tile_rows` rows a block at a time, `packs_per_thread` packs of each
+    tensor a thread, `group` lanes adding a row's segments."""
+
+    group: int
+    tile_rows: int
+    packs_per_thread: int
+
+
+def flat_rows_most(cols: int, itemsize: int, packs_per_thread: int) -> int:
+    """The most rows of `cols` a flat tile holds at `packs_per_thread` (their packs at any phase
+    within the block's threads' packs); 0 where not even one row fits."""
+    pack = PACK_BYTES // itemsize
+    return (FLAT_BLOCK * packs_per_thread * pack - pack + 1) // cols
+
+
+def flat_shape(rows: int, cols: int, itemsize: int, slots: Mapping[int, int],
+               packs_per_thread: int | None = None) -> FlatShape | None:
+    """The flat tier's shape for (rows, cols), given the GPU's resident blocks (`slots`: SMs times
+    blocks an SM) of each instance in FLAT_PACKS_PER_THREAD.
+
+    Packs a thread (None: chosen): the fewest whose one wave of full tiles holds every row (small
+    tensors spread over the most threads), else the most (more of the row's packs for each tile's
+    barriers and sums). Tiles: as few waves of the resident blocks as hold the rows, the rows spread
+    evenly over them (no last wave of a few tiles). `group` lanes add a row's segments: as many as
+    leave every row of a tile a group at once, up to one lane for FLAT_COMBINE_READS segments.
+    None where a row is shorter than a pack (a pack would span more than two rows) or longer than a
+    block holds."""
+    pack = PACK_BYTES // itemsize
+    if cols < pack:
+        return None
+    fitting = [k for k in FLAT_PACKS_PER_THREAD if flat_rows_most(cols, itemsize, k) >= 1]
+    if packs_per_thread is None:
+        if not fitting:
+            return None
+        packs_per_thread = next((k for k in fitting
+                                 if rows <= max(1, slots.get(k, 0)) * flat_rows_most(cols, itemsize, k)),
+                                fitting[-1])
+    elif packs_per_thread not in fitting:
+        return None
+    most = flat_rows_most(cols, itemsize, packs_per_thread)
+    resident = max(1, slots.get(packs_per_thread, 0))
+    waves = -(-rows // (resident * most))
+    tile_rows = min(most, -(-rows // (resident * waves)))
+    segments = -(-(cols + pack - 1) // pack) + 1
+    group = 1
+    while group < 32 and group * 2 * tile_rows <= FLAT_BLOCK and group * FLAT_COMBINE_READS < segments:
+        group *= 2
+    return FlatShape(group, tile_rows, packs_per_thread)
+
+
 def smem_bytes(direction: str, cols: int, itemsize: int, pack: int = 1) -> int:
     """Dynamic shared memory of the cached block tier: the row's packs as stored (x; or y and dy)."""
     return span_packs(cols, pack) * pack * itemsize * (2 if direction == "backward" else 1)
@@ -666,14 +732,22 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
 
     And, for every packed warp-tier row that no 16-byte pack divides, the warp tier one element per
     access (ELEMENTS_TIER), which won at 127, 129 and 197 columns and lost at 31 and 33.
+
+    And, for those backward rows and the ones the tile tier takes, the flat tier (bwbench run,
+    float16, 49152 rows, two runs): it took the backward at 31 columns from 66 to 70, 33 from 47-49
+    to 64, 300 from 85 to 88, 577 from 92-93 to 97, 1023 and 1025 from 93 to 98, and 151296 x 197
+    from 93 to 98; at 127 and 129 the warp tier kept winning (89 and 80 against 80 and 77).
     """
     if choice.tier == "warp":
         fitted = tuple(FIT_TIERS[family] for family in FIT_FAMILIES if family in fits_tighter)
         odd = choice.pack > 1 and row_bytes % PACK_BYTES != 0
         elements = (ELEMENTS_TIER,) if odd else ()
+        flat = ("flat",) if direction == "backward" else ()
         if dense and odd and (direction == "backward" or row_bytes <= FORWARD_TILE_MAX_ROW_BYTES):
-            return ("tile", *fitted, *elements)
+            return ("tile", *flat, *fitted, *elements)
         return (*fitted, *elements)
+    if choice.tier == "tile" and direction == "backward":
+        return ("flat",)
     if direction == "forward" and choice.tier == "smem" and clusters and smem_blocks_per_sm == 1:
         return ("cluster",)
     return ()
@@ -746,6 +820,8 @@ def kernel_name(ctype: str, algorithm: str, direction: str, choice: TierChoice) 
             return f"softmax_grad_cluster<{ctype}, {algo}, {p}, {choice.cluster}, {choice.cluster_regs}>"
         if choice.tier == "tile":
             return f"softmax_grad_tile<{ctype}, {algo}, {choice.lane_elements}>"
+        if choice.tier == "flat":
+            return f"softmax_grad_flat<{ctype}, {algo}, {choice.packs_per_thread}>"
     raise ValueError(f"no {direction} kernel for tier {choice.tier!r}")
 
 
@@ -761,6 +837,9 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
         lanes = (0, *row_tile.LANE_ELEMENTS)
         names += [kernel_name(ctype, algorithm, direction, TierChoice("tile", pack=wide, lane_elements=e))
                   for e in lanes]
+        if direction == "backward":
+            names += [kernel_name(ctype, algorithm, direction, TierChoice("flat", pack=wide, packs_per_thread=k))
+                      for k in FLAT_PACKS_PER_THREAD]
         for pack in (wide, 1):
             for shape in all_warp_shapes(pack, direction) + fit_shapes(pack, direction):
                 names.append(kernel_name(ctype, algorithm, direction, TierChoice("warp", warp=shape, pack=pack)))

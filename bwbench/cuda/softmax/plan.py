@@ -280,6 +280,16 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         return dispatch.tile_shape(rows, cols, itemsize, direction, th.tile_bytes, queries.sms,
                                    queries.smem_limit(name))
 
+    def flat() -> dispatch.FlatShape | None:
+        if not dense or pack == 1 or direction != "backward":
+            return None
+        slots = {}
+        for k in dispatch.FLAT_PACKS_PER_THREAD:
+            name = dispatch.kernel_name(ctype, algorithm, direction,
+                                        dispatch.TierChoice("flat", pack=pack, packs_per_thread=k))
+            slots[k] = queries.blocks_per_sm(name, dispatch.FLAT_BLOCK, 0) * queries.sms
+        return dispatch.flat_shape(rows, cols, itemsize, slots)
+
     if key == "online":
         choice = _online_choice(span, pack, th, tier)
     elif tier is None:
@@ -296,6 +306,15 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
             raise ValueError("the cluster tier needs a GPU that launches thread-block clusters (compute capability "
                              f"9.0 or later) and slices of the row span of {span} that fit its shared memory")
         choice = shape.choice(pack)
+    elif tier == "flat":
+        shape = flat()
+        if shape is None:
+            raise ValueError("the flat tier needs a backward op, dense tensors (row stride = cols) in 16-byte packs whose "
+                             "phases agree, "
+                             f"rows of at least a pack and at most {dispatch.FLAT_BLOCK * dispatch.FLAT_PACKS_PER_THREAD[-1]}"
+                             f" packs; got ({rows}, {cols}) {'dense' if dense else 'not dense'}, {pack}-element packs")
+        choice = dispatch.TierChoice("flat", block=dispatch.FLAT_BLOCK, pack=pack, group=shape.group,
+                                     tile_rows=shape.tile_rows, packs_per_thread=shape.packs_per_thread)
     elif tier == "tile":
         shape = tile()
         if shape is None:
@@ -307,8 +326,8 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
     else:
         choice = _forced_choice(op, direction, span, pack, th, tier, block, one_pass,
                                 lambda: _smem_occupancy(queries, smem_kernel(partial), smem_needed), smem_needed)
-    if block is not None and choice.tier == "tile":
-        raise ValueError(f"the tile tier runs {dispatch.TILE_BLOCK} threads a block (its launch bounds); do not force "
+    if block is not None and choice.tier in ("tile", "flat"):
+        raise ValueError(f"the {choice.tier} tier runs {choice.block} threads a block (its launch bounds); do not force "
                          f"a block for a shape it takes (got block={block})")
     if block is not None and choice.block is not None:
         if block not in dispatch.BLOCK_SIZES:
@@ -325,6 +344,13 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
         grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
         return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier="tile",
+                                              args=(np.int32(choice.tile_rows), np.int32(choice.group))))
+    if choice.tier == "flat":
+        per_sm = queries.blocks_per_sm(name, choice.block, 0)
+        if per_sm < 1:
+            raise ValueError(f"{name} cannot launch {choice.block} threads here")
+        grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
+        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), 0, tier="flat",
                                               args=(np.int32(choice.tile_rows), np.int32(choice.group))))
     if choice.tier == "cluster":
         size = choice.cluster
