@@ -394,6 +394,59 @@ def test_a_forced_tile_tier_needs_dense_packed_rows():
         plan("softmax_backward", 49152, 1025, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True, block=512)
 
 
+def test_a_forced_flat_tier_needs_a_dense_packed_backward():
+    from bwbench.cuda.softmax.plan import plan
+
+    forced = plan("softmax_backward", 49152, 33, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
+                  tier="flat")
+    assert forced.tier == "flat" and forced.block == 256 and forced.smem == 0
+    assert forced.kernel_name == f"softmax_grad_flat<half_t, 0, {forced.choice.packs_per_thread}>"
+    assert forced.grid * forced.choice.tile_rows >= 49152
+    for op, rows, cols, pack, dense in [("softmax", 7, 64, 8, True),  # no forward of this shape
+                                        ("softmax_backward", 7, 64, 8, False),  # a column slice
+                                        ("softmax_backward", 7, 64, 1, True),  # offsets that differ
+                                        ("softmax_backward", 7, 7, 8, True),  # rows under a pack
+                                        ("softmax_backward", 7, 20000, 8, True)]:  # rows over a block's packs
+        with pytest.raises(ValueError, match="flat tier needs"):
+            plan(op, rows, cols, "half_t", pack, FakeDevice(), starts_aligned=False, dense=dense, tier="flat")
+    with pytest.raises(ValueError, match="flat tier runs 256 threads"):
+        plan("softmax_backward", 7, 64, "half_t", 8, FakeDevice(), dense=True, tier="flat", block=512)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("cols", [8, 17, 31, 33, 127, 129, 197, 300, 577, 1023, 1025, 2047, 4095])
+@pytest.mark.parametrize("rows", [1, 7, 1000, 49152, 151296, 10**7])
+def test_flat_shapes_hold_their_tiles(rows, cols, itemsize):
+    """A flat tile's packs (at any phase) fit its threads; the tiles cover the rows in as few waves
+    of the resident blocks as the tile size allows, spread evenly (the last wave is within one row
+    a tile of full); the row groups fit the block and are powers of two; the fewest packs a thread
+    wherever one wave of them holds every row."""
+    from bwbench.cuda import row_tile
+    from bwbench.cuda.softmax import dispatch as d
+
+    slots = {2: 6 * 132, 4: 4 * 132}
+    shape = d.flat_shape(rows, cols, itemsize, slots)
+    pack = 16 // itemsize
+    if cols < pack or row_tile.packs_max(cols, itemsize) > d.FLAT_BLOCK * max(d.FLAT_PACKS_PER_THREAD):
+        assert shape is None
+        return
+    k = shape.packs_per_thread
+    assert row_tile.packs_max(shape.tile_rows * cols, itemsize) <= d.FLAT_BLOCK * k
+    assert row_tile.packs_max((d.flat_rows_most(cols, itemsize, k) + 1) * cols, itemsize) > d.FLAT_BLOCK * k
+    most = d.flat_rows_most(cols, itemsize, k)
+    waves = -(-rows // (slots[k] * most))
+    tiles = -(-rows // shape.tile_rows)
+    assert tiles <= waves * slots[k], "no more waves than full tiles would take"
+    assert shape.tile_rows * slots[k] * waves - rows < slots[k] * waves, "rows spread evenly over the tiles"
+    small = [j for j in d.FLAT_PACKS_PER_THREAD if 1 <= d.flat_rows_most(cols, itemsize, j)
+             and rows <= slots[j] * d.flat_rows_most(cols, itemsize, j)]
+    assert k == (small[0] if small else max(j for j in d.FLAT_PACKS_PER_THREAD
+                                           if d.flat_rows_most(cols, itemsize, j) >= 1))
+    g = shape.group
+    assert g & (g - 1) == 0 and 1 <= g <= 32
+    assert g == 1 or g * shape.tile_rows <= d.FLAT_BLOCK
+
+
 def test_tile_packs_cover_a_run_at_every_phase():
     """row_tile.packs_max (the kernels' shared-memory footprint of a run) is the most aligned packs
     a run of n elements covers, whatever element of a pack it starts at."""
@@ -421,7 +474,7 @@ def test_timed_alternatives_where_measurements_split():
 
     warp = d.TierChoice("warp", warp=d.warp_shape(38, 8, "backward"), pack=8)
     elements = d.ELEMENTS_TIER
-    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=62) == ("tile", elements)
+    assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=62) == ("tile", "flat", elements)
     assert d.timed_alternatives(warp, "backward", dense=False, row_bytes=62) == (elements,), \
         "a column slice takes no tile"
     assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=64) == (), "whole packs: the warp tier"
@@ -429,7 +482,10 @@ def test_timed_alternatives_where_measurements_split():
     assert d.timed_alternatives(warp, "forward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == \
         (elements,), "longer forward rows: no tile"
     assert d.timed_alternatives(warp, "backward", dense=True, row_bytes=d.FORWARD_TILE_MAX_ROW_BYTES + 2) == \
-        ("tile", elements)
+        ("tile", "flat", elements)
+    tile = d.TierChoice("tile", block=d.TILE_BLOCK, pack=8, group=32, tile_rows=8)
+    assert d.timed_alternatives(tile, "backward", dense=True, row_bytes=2046) == ("flat",)
+    assert d.timed_alternatives(tile, "forward", dense=True, row_bytes=2046) == ()
     unpacked = d.TierChoice("warp", warp=d.warp_shape(31, 1, "forward"), pack=1)
     assert d.timed_alternatives(unpacked, "forward", dense=False, row_bytes=62) == (), "already one element an access"
     smem = d.TierChoice("smem", block=1024, pack=8)
@@ -445,9 +501,10 @@ def test_plans_carry_the_alternatives_the_launcher_times():
     from bwbench.cuda.softmax.plan import plan
 
     odd = plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [c.tier for c in odd.candidates] == ["warp", "tile", "warp"]
-    tile = odd.alternatives[0]
+    assert [c.tier for c in odd.candidates] == ["warp", "tile", "flat", "warp"]
+    tile, flat = odd.alternatives[:2]
     assert len(tile.launch.args) == 2 and tile.grid >= 1, "the tile plan's own launch, extras included"
+    assert flat.launch.args == (flat.choice.tile_rows, flat.choice.group) and flat.launch.shared_mem == 0
     assert "tile" not in [c.tier for c in plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(),
                                                 starts_aligned=False, dense=False).candidates]
     long = plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)

@@ -256,10 +256,11 @@ def test_instantiation_count_stays_small():
     backward's tile instances holding rows in registers (two sizes, two algorithms) past 112, and
     its two wide fitted shapes past 116; float32's cluster eighths (forward) and sixteenths
     (backward) holding packs in registers (two algorithms each) past 188 and 118; the forward's
-    tile instances holding rows in registers (two sizes, two algorithms) past 190."""
+    tile instances holding rows in registers (two sizes, two algorithms) past 190; the backward's
+    flat tier (two sizes, two algorithms) past 120."""
     for ctype in ("half_t", "bf16_t", "float"):
         assert len(d.kernel_names(ctype, "forward")) <= 194
-        assert len(d.kernel_names(ctype, "backward")) <= 120
+        assert len(d.kernel_names(ctype, "backward")) <= 124
 
 
 def test_sources_are_declared_per_dtype_and_direction():

@@ -38,7 +38,7 @@ FORWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/rows4", "warp/fullrows2", "
                  "registers", "smem", "smem/three-pass", "smem/oneflow", "uncached", "uncached/three-pass", "cluster",
                  "tile"]
 BACKWARD_TIERS = ["auto", "warp", "warp/rows1", "warp/fullrows2", "warp_fit", "warp_wide", "warp_elements", "smem",
-                  "smem/oneflow", "uncached", "cluster", "tile"]
+                  "smem/oneflow", "uncached", "cluster", "tile", "flat"]
 ONLINE_TIERS = ["auto", "online_warp", "online_block"]
 
 
@@ -194,6 +194,17 @@ def _run_case(op: str, tier: str, dtype: torch.dtype, cols: int) -> None:
                     assert "tile tier needs" in str(exc), what
                     assert not dense or pack == 1 or cols * first.element_size() > 4096, what
                     with pytest.raises(ValueError, match="tile tier needs"):
+                        fn(**laid, out=out, **overrides)
+                    continue
+            if overrides.get("tier") == "flat":
+                try:
+                    plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense,
+                                **overrides)
+                except ValueError as exc:  # strided, offsets that differ, rows under a pack or over a block's packs
+                    assert "flat tier needs" in str(exc), what
+                    itemsize = first.element_size()
+                    assert not dense or pack == 1 or cols * itemsize < 16 or cols * itemsize > 4096, what
+                    with pytest.raises(ValueError, match="flat tier needs"):
                         fn(**laid, out=out, **overrides)
                     continue
             if overrides.get("tier") == "smem":
@@ -679,8 +690,9 @@ def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
     plan = s.plan_launch(op, rows, cols, dtype, dense=True)
     if "backward" not in op and torch.cuda.get_device_capability() < (9, 0):
         assert plan.alternatives == ()
-    else:  # odd rows the warp tier holds also time one element a lane, the 197-column backward a wide shape
-        assert len(plan.candidates) == {31: 3, 197: 4}.get(cols, 2), plan
+    else:  # odd backward rows the warp tier holds also time the flat tier and one element a lane, the
+        # 197-column backward a wide shape
+        assert len(plan.candidates) == {31: 4, 197: 5}.get(cols, 2), plan
     inputs = _inputs(op, rows, cols, dtype, seed=rows + cols)
     reference = _reference(op, inputs)
     out = _poisoned_out(rows, cols, dtype, "contiguous")
@@ -773,3 +785,42 @@ def test_tiles_holding_rows_in_registers_give_the_same_bits(op, dtype, monkeypat
             results.append(got.clone())
         if len(results) == 2:
             assert torch.equal(results[0], results[1]), f"{op} ({rows}, {cols}) {_name(dtype)}: tiles differ"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+def test_flat_tiles_at_odd_widths(op, dtype, monkeypatch):
+    """The flat tier over many tiles, each instance (packs a thread) forced in turn: odd widths
+    whose rows start at every offset within a pack, a partial last tile, tiles strided over a small
+    grid (grid_waves=1), rows one element past a pack boundary; outputs poisoned, and the same bits
+    from run to run (each row's segments add in a fixed order)."""
+    from bwbench.cuda.softmax import dispatch as d
+    from bwbench.cuda.softmax import launch as launcher
+
+    fn = _function(op)
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    cases = [(4099, 17), (3001, 31), (1300, 33), (777, 127), (515, 197), (257, 300), (130, 577), (65, 1023),
+             (33, 6000 // itemsize)]
+    for packs_per_thread in d.FLAT_PACKS_PER_THREAD:
+        monkeypatch.setattr(d, "FLAT_PACKS_PER_THREAD", (packs_per_thread,))
+        for cache in ("_PLANS", "_CALLS", "_TIMED"):
+            monkeypatch.setattr(launcher, cache, {})
+        for rows, cols in cases:
+            if cols * itemsize < 16:
+                continue
+            inputs = _inputs(op, rows, cols, dtype, seed=rows + 11 * cols)
+            reference = _reference(op, inputs)
+            for layout in ("contiguous", "offset"):
+                laid = {k: _layout(v, layout) for k, v in inputs.items()}
+                what = f"{op} [flat, {packs_per_thread} packs] {_name(dtype)} ({rows}, {cols}) {layout}"
+                plan = launcher.plan_launch(op, rows, cols, dtype, starts_aligned=layout == "contiguous" and
+                                            cols * itemsize % 16 == 0, dense=True, tier="flat")
+                assert plan.kernel_name.endswith(f", {packs_per_thread}>"), what
+                results = []
+                for grid_waves in (None, 1, None):
+                    out = _poisoned_out(rows, cols, dtype, layout)
+                    assert fn(**laid, out=out, tier="flat", grid_waves=grid_waves) is out
+                    torch.cuda.synchronize()
+                    _assert_close(out, reference, op, dtype, what)
+                    results.append(out.clone())
+                assert torch.equal(results[0], results[2]), f"{what}: runs differ"
