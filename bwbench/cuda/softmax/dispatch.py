@@ -14,7 +14,15 @@ The article's dispatcher (OneFlow's softmax.cuh), as data in and a choice out:
    keeps the most threads resident, measured better on an H200 than the article's rule, which is
    kept as `block_rule="oneflow"`);
 4. uncached tier: one block per row re-reading the row through L1/L2, for any cols, with about
-   `uncached_packs_per_thread` packs per thread (`uncached_block_size`).
+   `uncached_packs_per_thread` packs per thread (`uncached_block_size`);
+5. cluster tier: rows no block's shared memory holds, split over a thread-block cluster
+   (`cluster_shape`), on GPUs that launch clusters;
+6. tile and flat tiers: runs of consecutive rows of dense tensors moved as the aligned 16-byte
+   packs covering them, for rows whose bytes no pack divides (`tile_shape`, `flat_shape`; the
+   flat tier is the backward's).
+
+Where measurements split between tiers and no rule of the row's bytes told the winners apart,
+`timed_alternatives` names the tiers the first call times against the choice.
 
 plan.py turns a choice into a launch with the device's occupancy answers; the thresholds are
 measured (plan.DEFAULT_THRESHOLDS), not the article's RTX 3090 values. The kernels'
