@@ -40,6 +40,7 @@ from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS
 
 __all__ = [
     "BLOCK_SIZES",
+    "FlatShape",
     "GROUP_WIDTHS",
     "Thresholds",
     "TierChoice",
@@ -48,11 +49,10 @@ __all__ = [
     "all_warp_shapes",
     "block_size_by_occupancy",
     "cache_bytes",
-    "FlatShape",
-    "flat_rows_most",
-    "flat_shape",
     "choose_online",
     "choose_tier",
+    "flat_rows_most",
+    "flat_shape",
     "kernel_name",
     "kernel_names",
     "pack_elements",
@@ -229,7 +229,7 @@ class TierChoice:
     one_pass: bool = False
     pack: int = 1
     packs_per_thread: int = 0
-    """Registers tier: 16-byte packs each thread holds."""
+    """Registers tier: 16-byte packs each thread holds; flat tier: of y and of dy each."""
     partial: bool = False
     """Backward shared-memory tier: the row does not fit, so only its first packs are cached."""
     cluster: int = 0
@@ -238,9 +238,9 @@ class TierChoice:
     """Cluster tier: 16-byte packs of its slice (of x; of y and of dy each) each thread keeps in
     registers, the rest cached in shared memory (0: all cached)."""
     group: int = 0
-    """Tile tier: lanes per row."""
+    """Tile tier: lanes per row; flat tier: lanes adding a row's segments."""
     tile_rows: int = 0
-    """Tile tier: rows a block takes at a time."""
+    """Tile and flat tiers: rows a block takes at a time."""
     lane_elements: int = 0
     """Tile tier: elements of its row each lane holds in registers (0: it reads the cached row at each pass)."""
 

@@ -309,10 +309,10 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
     elif tier == "flat":
         shape = flat()
         if shape is None:
-            raise ValueError("the flat tier needs a backward op, dense tensors (row stride = cols) in 16-byte packs whose "
-                             "phases agree, "
-                             f"rows of at least a pack and at most {dispatch.FLAT_BLOCK * dispatch.FLAT_PACKS_PER_THREAD[-1]}"
-                             f" packs; got ({rows}, {cols}) {'dense' if dense else 'not dense'}, {pack}-element packs")
+            most = dispatch.FLAT_BLOCK * dispatch.FLAT_PACKS_PER_THREAD[-1]
+            raise ValueError("the flat tier needs a backward op, dense tensors (row stride = cols) in 16-byte packs "
+                             f"whose phases agree, and rows of at least a pack and at most {most} packs; got {op} on "
+                             f"({rows}, {cols}), {'dense' if dense else 'not dense'}, {pack}-element packs")
         choice = dispatch.TierChoice("flat", block=dispatch.FLAT_BLOCK, pack=pack, group=shape.group,
                                      tile_rows=shape.tile_rows, packs_per_thread=shape.packs_per_thread)
     elif tier == "tile":
