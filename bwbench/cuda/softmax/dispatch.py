@@ -580,7 +580,8 @@ FLAT_PACKS_PER_THREAD = (2, 4)
 """16-byte packs of y and of dy a thread of the flat tier holds (its kernels' K). H100, float16
 backward, 49152 rows, % of copy (tools/tiers.py), two packs against four: 31 columns 69 / 64, 33
 64 / 63, 127 80 / 75, 129 72 / 77, 197 78 / 80, 577 95 / 97, 1023 94 / 99, 2047 81 / 100; 151296 x
-197 96 / 98. One pack a thread lost to two everywhere (33 columns 65 against 64 was the closest)."""
+197 96 / 98. One pack a thread was even with two at 31 and 33 columns (67 / 69, 65 / 64) and lost
+by 10-36 points from 127."""
 FLAT_COMBINE_READS = 4
 """Segments one lane of the flat tier's row groups adds, at most, before the group's shuffles."""
 
