@@ -261,12 +261,22 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     from bwbench.cuda.softmax import dispatch
     from bwbench.cuda.softmax.plan import plan
 
-    # float32 rows of 262144 (1 MiB): eighths of 128 KiB cached leave one block an SM; with 8 of
-    # each thread's 16 packs in registers (512 threads: 64 KiB) and 64 KiB cached they leave two
+    # float32 rows of 262144 (1 MiB): eighths of 128 KiB cached leave one block an SM and
+    # sixteenths of 64 KiB three; with 3 of each thread's 16 packs in registers (256 threads:
+    # 12 KiB) and 52 KiB cached, sixteenths leave four
     split = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True))
-    assert split.tier == "cluster" and split.choice.cluster == 8 and split.choice.cluster_regs == 8
-    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 1024 * 8
-    assert split.launch.kernel == "softmax_cluster<float, 0, 4, 8, 8>"
+    assert split.tier == "cluster" and split.choice.cluster == 16 and split.choice.cluster_regs == 3
+    assert split.block == 256 and split.smem == 52 * 1024 and split.grid == 1024 * 16
+    assert split.launch.kernel == "softmax_cluster<float, 0, 4, 16, 3>"
+    assert split.launch.kernel in dispatch.kernel_names("float", "forward")
+    # rows of 300007 (sixteenths of 4688 packs): 3 or 4 packs held leave three, 5 four
+    five = plan("log_softmax", 1024, 300007, "float", 4, FakeDevice(clusters=True))
+    assert five.choice.cluster == 16 and five.choice.cluster_regs == 5 and five.smem == (4688 - 5 * 256) * 16
+    assert five.launch.kernel in dispatch.kernel_names("float", "forward")
+    # where the GPU launches no clusters of 16: eighths of 512 threads holding 8 packs (64 KiB), two an SM
+    eighths = plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True, large_clusters=False))
+    assert eighths.choice.cluster == 8 and eighths.choice.cluster_regs == 8
+    assert eighths.block == 512 and eighths.smem == 64 * 1024 and eighths.grid == 1024 * 8
     # where a row is too long for that (float32 rows of 400009: eighths of 195 KiB), sixteenths of
     # 98 KiB, where the GPU launches clusters of 16
     sixteen = plan("softmax", 1024, 400009, "float", 4, FakeDevice(clusters=True))
@@ -277,7 +287,7 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     assert any(q[0] == "clusters" and q[2] == 16 for q in portable.asked), "16 is asked about before it is used"
     forced = plan("softmax", 1024, 262144, "float", 4, portable, cluster=8)
     assert forced.choice.cluster == 8 and forced.choice.cluster_regs == 0 and forced.smem == 128 * 1024
-    with pytest.raises(ValueError, match="runs 512 threads"):
+    with pytest.raises(ValueError, match="runs 256 threads"):
         plan("softmax", 1024, 262144, "float", 4, FakeDevice(clusters=True), block=1024)
     # the backward too: y and dy of 512 KiB each take sixteenths (64 KiB) over eighths (128 KiB)
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
@@ -298,9 +308,9 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
         "16-bit packs stay cached"
     assert plan("softmax", 1024, 262144 * 2, "float", 4, FakeDevice(clusters=True)).tier == "uncached", \
         "forward sixteenths of one block an SM"
-    # rows of 262147 starting mid-pack: eighths of 8193 packs, 4096 of them in registers
+    # rows of 262147 starting mid-pack: sixteenths of 4097 packs, 768 of them in registers
     odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False)
-    assert odd.choice.cluster == 8 and odd.choice.cluster_regs == 8 and odd.smem == 4097 * 16
+    assert odd.choice.cluster == 16 and odd.choice.cluster_regs == 3 and odd.smem == (4097 - 768) * 16
     # sixteenths of 4097 packs would want 1024 threads, two blocks an SM; 512 keep the three their
     # shared memory allows
     odd = plan("softmax", 1024, 262147, "float", 4, FakeDevice(clusters=True), starts_aligned=False, cluster=16)

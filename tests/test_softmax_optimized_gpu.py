@@ -283,12 +283,13 @@ def test_auto_dispatch_reaches_every_tier():
         assert t(8, 32768, torch.float32, op) == ("registers" if forward else "smem")  # backward: 7/8 cached
         # float16 rows of 262144 (512 KiB): eighths of 64 KiB, or of 128 KiB for y and dy
         assert t(8, 262144, torch.float16, op) == ("cluster" if clusters else "uncached")
-        # float32 (1 MiB): eighths leave one block an SM (where the forward's uncached re-read beat
-        # the cluster) and the backward's (256 KiB of y and dy) fit no block; on GPUs that hold
-        # clusters of 16, the forward's sixteenths leave three blocks an SM, and the backward's
-        # (128 KiB) one, where its striding clusters still beat the uncached tier
+        # float32 (1 MiB): eighths cached leave one block an SM (where the forward's uncached
+        # re-read beat the cluster) and the backward's (256 KiB of y and dy) fit no block; the
+        # forward's eighths holding half their slice in registers leave two, and on GPUs that hold
+        # clusters of 16 its sixteenths holding part of theirs four; the backward's sixteenths
+        # (128 KiB) leave one, two with half of them in registers
         sixteen = _holds_sixteen(op, torch.float32)
-        assert t(8, 262144, torch.float32, op) == ("cluster" if sixteen else "uncached")
+        assert t(8, 262144, torch.float32, op) == ("cluster" if sixteen or (forward and clusters) else "uncached")
     assert t(8, 1000, torch.float16, "online_softmax") == "online_warp"
     assert t(8, 4097, torch.float16, "online_softmax") == "online_block"
 
@@ -343,14 +344,15 @@ def test_forced_cluster_sizes(op, size, cols):
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
 @pytest.mark.parametrize("dtype,cols", [(torch.float32, 262144), (torch.float32, 262147), (torch.float16, 262144),
-                                        (torch.bfloat16, 300007), (torch.float32, 400009)])
+                                        (torch.bfloat16, 300007), (torch.float32, 300007), (torch.float32, 400009)])
 def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
     """Rows whose eighths leave one block an SM (or fit none) take clusters of 16 blocks where the
     GPU launches them and sixteenths leave two blocks an SM (the backward's, which stride over the
-    rows loading the next while they store, at one block an SM too), or, float32 rows of 1 MiB,
-    eighths (forward) or sixteenths (backward) holding half of each slice in registers: odd widths
-    and rows that start mid-pack included, 133 rows (rows whose starts, and so slices, change from
-    row to row), every element right with poisoned outputs."""
+    rows loading the next while they store, at one block an SM too), or, float32 rows of 1-1.2 MB,
+    sixteenths holding part of each slice in registers (forward: 3 or 5 packs a thread, four blocks
+    an SM; backward: 4 of y and of dy, two): odd widths and rows that start mid-pack included, 133
+    rows (rows whose starts, and so slices, change from row to row), every element right with
+    poisoned outputs."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda.softmax.launch import row_layout
 
@@ -358,11 +360,12 @@ def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
         pytest.skip("this GPU launches no clusters of 16 blocks")
     backward = "backward" in op
     # 16-bit forward rows of 512-600 KiB keep eighths (three blocks an SM), and float32 rows of
-    # 1 MiB eighths (sixteenths of y and dy) with half of each slice in registers (two); float32
-    # backward sixteenths of y and dy of 195 KiB leave one, which the striding backward takes
+    # 1-1.2 MB sixteenths with part of each slice in registers; float32 backward sixteenths of y
+    # and dy of 195 KiB leave one, which the striding backward takes, and forward ones of 98 KiB
+    # two, cached whole
     fp32 = dtype == torch.float32
-    expected = 16 if backward or (fp32 and cols > 262147) else 8
-    in_registers = 0 if not fp32 or cols > 262147 else 4 if backward else 8
+    expected = 16 if backward or fp32 else 8
+    in_registers = 0 if not fp32 or cols > 300007 else 4 if backward else 3 if cols <= 262147 else 5
     for rows, layout in ((3, "contiguous"), (133, "contiguous"), (5, "offset")):
         inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
         laid = {k: _layout(v, layout) for k, v in inputs.items()}

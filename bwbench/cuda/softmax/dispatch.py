@@ -33,7 +33,7 @@ dispatcher can ask for are one list.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from bwbench.cuda import row_tile
 from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS
@@ -108,16 +108,31 @@ PORTABLE_CLUSTER = PORTABLE_CLUSTER_BLOCKS
 """The largest cluster every GPU with clusters launches."""
 CLUSTER_PACKS_PER_THREAD = 8
 """The cluster tier's block size gives each thread about this many packs of its slice."""
-CLUSTER_REGISTER_PACKS = {"forward": 8, "backward": 4}
-"""Cluster blocks whose slice alone would leave one block an SM keep this many 16-byte packs of
-it a thread in registers (of x; of y and of dy each: 32 floats, within the 64 registers a thread
-has at two blocks of CLUSTER_REGISTER_BLOCK threads an SM) and cache the rest, which leaves two:
-see cluster_shape."""
-CLUSTER_REGISTER_BLOCK = 512
-"""Threads of such a block: 64 KiB of its slice in registers."""
-CLUSTER_REGISTER_SIZES = {"forward": (8,), "backward": (16,)}
-"""The cluster sizes built with packs in registers: the forward's eighths, the largest portable
-size, and the backward's sixteenths, whose y and dy are twice the forward's bytes."""
+
+
+class HeldShape(NamedTuple):
+    """A cluster launch that keeps `packs` 16-byte packs of its slice a thread in registers (of x;
+    of y and of dy each) and caches the rest: `size` blocks a row of `threads` threads, taken only
+    where the GPU holds at least `min_blocks` of them an SM."""
+
+    size: int
+    threads: int
+    packs: int
+    min_blocks: int
+
+
+CLUSTER_HELD_SHAPES = {
+    "forward": (HeldShape(16, 256, 3, 4), HeldShape(16, 256, 4, 4), HeldShape(16, 256, 5, 4),
+                HeldShape(16, 256, 6, 4), HeldShape(8, 512, 8, 2)),
+    "backward": (HeldShape(16, 512, 4, 2),),
+}
+"""The cluster shapes built with packs in registers, in order of preference: cluster_shape takes
+the first the GPU holds at min_blocks an SM, where its slices cached whole would leave fewer.
+Forward: sixteenths of 256 threads holding the fewest packs that leave four blocks an SM (float32
+rows of 262144 and 300007 on an H100: 92.5-92.9% of copy, against 88.9-89.3 for eighths of 512
+threads holding 8 packs at two an SM, and 85-87 for three an SM of 256 threads or of sixteenths
+cached whole); those eighths where 16 is not launched. Backward: sixteenths of 512 threads holding
+4 packs of y and of dy (32 floats, within the 64 registers a thread has at two blocks an SM)."""
 CLUSTER_REGISTER_ITEMSIZE = 4
 """Only float32 holds packs in registers: 16-bit packs widen to twice the floats, and the kernel
 spilled (64 registers and 126-194 bytes of stack on sm_90)."""
@@ -448,10 +463,13 @@ class ClusterShape(NamedTuple):
 
 
 def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limit: int,
-                  min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1]) -> ClusterShape | None:
+                  min_blocks_per_sm: int = 1, largest: int = CLUSTER_SIZES[-1],
+                  resident: Callable[[ClusterShape], int] | None = None) -> ClusterShape | None:
     """The cluster tier's shape (blocks per row, threads, dynamic shared memory, packs a thread
     holds in registers) for a row span of `cols`, or None where even the largest cluster (of at
     most `largest` blocks) leaves fewer than `min_blocks_per_sm` blocks an SM within `smem_limit`.
+    `resident` answers how many blocks of a shape an SM holds (the occupancy query; None: as many
+    slices as `smem_limit` holds).
 
     The backward takes the smallest cluster whose slice leaves room for two blocks an SM, else the
     smallest whose slice fits; its sixteen stride over the rows and load the next row while they
@@ -463,32 +481,35 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     more blocks beat fewer larger ones (H100, float16: 4096 rows of 128256 columns, eighths of
     32 KiB against quarters of 64 KiB; 1024 rows of 100003, eighths against halves), until a slice
     is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths).
-    Where no portable size leaves two blocks an SM but eighths would with CLUSTER_REGISTER_PACKS
-    of each thread's packs in registers (float32 rows of 262144: 128 KiB slices, 64 KiB cached),
-    the forward takes those eighths over sixteen; where no size leaves two blocks an SM but
-    sixteenths would with packs of y and dy in registers (float32 rows of 262144: 128 KiB
-    slices, 64 KiB cached), the backward takes those over striding sixteenths at one."""
+    Where no portable size leaves two blocks an SM (the backward: no size), float32 rows take the
+    first of CLUSTER_HELD_SHAPES that leaves its blocks an SM and more than its slices cached
+    whole would (float32 rows of 262144: forward sixteenths of 64 KiB, 12 KiB of them held, four
+    an SM against three; backward sixteenths of y and dy, 64 of 128 KiB held, two against one)."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
                and (c <= PORTABLE_CLUSTER or cluster_strides(c, direction) or slice_bytes[c] <= smem_limit // 2)]
-    if not fitting:
-        return None
-    two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
-    size = two_an_sm[0] if two_an_sm else fitting[0]
-    leaves_two = two_an_sm
-    if direction == "forward":
-        leaves_two = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
-        sized = [c for c in leaves_two if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
-        size = sized[-1] if sized else leaves_two[0] if leaves_two else size
+    cached, leaves_two = None, []
+    if fitting:
+        two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
+        size = two_an_sm[0] if two_an_sm else fitting[0]
+        leaves_two = two_an_sm
+        if direction == "forward":
+            leaves_two = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
+            sized = [c for c in leaves_two if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
+            size = sized[-1] if sized else leaves_two[0] if leaves_two else size
+        cached = cluster_shape_of(size, cols, pack, itemsize, direction)
     if not leaves_two and holds_cluster_packs_in_registers(pack, itemsize):
-        held = cluster_held_bytes(direction, CLUSTER_REGISTER_PACKS[direction], CLUSTER_REGISTER_BLOCK, pack, itemsize)
-        split = [c for c in sizes
-                 if c in CLUSTER_REGISTER_SIZES[direction] and 0 < slice_bytes[c] - held <= smem_limit // 2]
-        if split:
-            return ClusterShape(split[0], CLUSTER_REGISTER_BLOCK, slice_bytes[split[0]] - held,
-                                CLUSTER_REGISTER_PACKS[direction])
-    return cluster_shape_of(size, cols, pack, itemsize, direction)
+        blocks = resident or (lambda shape: smem_limit // max(1, shape.smem))
+        beat = blocks(cached) + 1 if cached else max(1, min_blocks_per_sm)
+        for held in CLUSTER_HELD_SHAPES[direction]:
+            if held.size not in sizes:
+                continue
+            smem = slice_bytes[held.size] - cluster_held_bytes(direction, held.packs, held.threads, pack, itemsize)
+            shape = ClusterShape(held.size, held.threads, smem, held.packs)
+            if 0 < smem <= smem_limit and blocks(shape) >= max(held.min_blocks, beat):
+                return shape
+    return cached
 
 
 def holds_cluster_packs_in_registers(pack: int, itemsize: int) -> bool:
@@ -862,11 +883,10 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
             for size in CLUSTER_SIZES:
                 names.append(kernel_name(ctype, algorithm, direction,
                                          TierChoice("cluster", block=128, pack=pack, cluster=size)))
-                if (size in CLUSTER_REGISTER_SIZES[direction]
-                        and holds_cluster_packs_in_registers(pack, ITEMSIZE[ctype])):
-                    names.append(kernel_name(ctype, algorithm, direction, TierChoice(
-                        "cluster", block=CLUSTER_REGISTER_BLOCK, pack=pack, cluster=size,
-                        cluster_regs=CLUSTER_REGISTER_PACKS[direction])))
+                if holds_cluster_packs_in_registers(pack, ITEMSIZE[ctype]):
+                    names += [kernel_name(ctype, algorithm, direction, TierChoice(
+                        "cluster", block=held.threads, pack=pack, cluster=size, cluster_regs=held.packs))
+                        for held in CLUSTER_HELD_SHAPES[direction] if held.size == size]
             if direction == "forward" and pack > 1:
                 for per_thread, threads in REGISTER_SHAPES:
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(

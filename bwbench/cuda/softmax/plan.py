@@ -248,11 +248,17 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         if cluster is not None:
             return forced_cluster(limit)
         min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
-        shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks)
+        shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks, resident=resident)
         if shape is not None and not holds(shape):
             shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
-                                           largest=dispatch.PORTABLE_CLUSTER)
+                                           largest=dispatch.PORTABLE_CLUSTER, resident=resident)
         return shape
+
+    def resident(shape: dispatch.ClusterShape) -> int:
+        """Blocks of a cluster shape an SM holds (the occupancy query, its shared memory raised first)."""
+        name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
+        queries.smem_limit(name)
+        return queries.blocks_per_sm(name, shape.threads, shape.smem)
 
     def holds(shape: dispatch.ClusterShape) -> bool:
         """Whether this GPU holds such a cluster at all (asked only of non-portable sizes)."""
@@ -329,6 +335,8 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
     if block is not None and choice.tier in ("tile", "flat"):
         raise ValueError(f"the {choice.tier} tier runs {choice.block} threads a block (its launch bounds); do not force "
                          f"a block for a shape it takes (got block={block})")
+    if block is not None and choice.cluster_regs and block != choice.block:
+        raise ValueError(f"a cluster block holding packs in registers runs {choice.block} threads; got block={block}")
     if block is not None and choice.block is not None:
         if block not in dispatch.BLOCK_SIZES:
             raise ValueError(f"block must be one of {dispatch.BLOCK_SIZES}, got {block}")
@@ -356,9 +364,6 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         size = choice.cluster
         smem = dispatch.cluster_smem_bytes(span, pack, itemsize, direction, size)
         if choice.cluster_regs:  # the packs its threads hold are not cached
-            if block is not None and block != dispatch.CLUSTER_REGISTER_BLOCK:
-                raise ValueError(f"a cluster block holding packs in registers runs {dispatch.CLUSTER_REGISTER_BLOCK} "
-                                 f"threads; got block={block}")
             smem -= dispatch.cluster_held_bytes(direction, choice.cluster_regs, choice.block, pack, itemsize)
         queries.smem_limit(name)
         if block is None and not choice.cluster_regs:
