@@ -191,6 +191,26 @@ def test_cluster_shape_splits_forward_rows_into_eighths_and_backward_rows_as_lit
     assert cluster_shape(3000, 1, 4, "forward", limit) == (2, 256, 1500 * 4, 0), "one element a pack"
 
 
+def test_cluster_shape_holds_packs_in_registers_only_where_that_leaves_more_blocks_an_sm():
+    from bwbench.cuda.softmax.dispatch import cluster_shape
+
+    limit = 227 * 1024
+    # float32 rows of 262144: sixteenths of 64 KiB cached leave three; holding 3 packs a thread of
+    # 256 threads (12 KiB) leaves four, by shared memory and by 64 registers a thread alike
+    assert cluster_shape(262144, 4, 4, "forward", limit, 2) == (16, 256, 52 * 1024, 3)
+    # 16-bit backward rows of 262144: sixteenths of y and dy of 64 KiB, 2 packs of each held
+    assert cluster_shape(262144, 8, 2, "backward", limit) == (16, 256, 48 * 1024, 2)
+    assert cluster_shape(262144, 8, 2, "forward", limit)[3] == 0, "the forward's 16-bit packs stay cached"
+    # eighths of 512 threads holding 8 packs would leave a small slice, but two blocks an SM by
+    # their registers: not more than the three that float32 rows of 151936 leave cached
+    assert cluster_shape(151936, 4, 4, "forward", limit, 2) == (8, 1024, 151936 // 2, 0)
+    # the occupancy query decides where given: a GPU holding one block of each held shape an SM
+    assert cluster_shape(262144, 4, 4, "forward", limit, 2, resident=lambda shape: 4 if not shape.register_packs
+                         else 1)[3] == 0
+    # only the cluster size chosen cached is held: float16 backward rows of 128256 keep eighths
+    assert cluster_shape(128256, 8, 2, "backward", limit)[::3] == (8, 0)
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
 @pytest.mark.parametrize("cols", [100_003, 262_144, 300_000])
 def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, cols):
@@ -206,7 +226,7 @@ def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, c
     size = with_clusters.choice.cluster
     assert with_clusters.tier == "cluster" and size in dispatch.CLUSTER_SIZES
     assert with_clusters.grid % size == 0
-    if dispatch.cluster_strides(size, direction):  # the clusters the GPU holds at once, striding
+    if dispatch.cluster_strides(size, direction, with_clusters.choice.cluster_regs):  # held at once, striding
         resident = device.active_clusters(with_clusters.launch.kernel, size, with_clusters.block, with_clusters.smem)
         assert 0 < resident < 1024 and with_clusters.grid == resident * size
     else:
@@ -217,7 +237,7 @@ def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, c
     assert without.tier != "cluster"
     capped = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True), grid_waves=1)
     assert capped.grid % capped.choice.cluster == 0
-    if dispatch.cluster_strides(size, direction):
+    if dispatch.cluster_strides(size, direction, with_clusters.choice.cluster_regs):
         assert capped.grid == with_clusters.grid, "striding clusters: the resident ones whatever the cap"
     else:
         assert capped.grid < with_clusters.grid
@@ -304,8 +324,15 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     strided = plan("softmax_backward", 1024, 400009, "float", 4, FakeDevice(clusters=True))
     assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.choice.cluster_regs == 0
     assert strided.grid < 1024 * 16 and strided.grid % 16 == 0
-    assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster_regs == 0, \
-        "16-bit packs stay cached"
+    # 16-bit y and dy of 512 KiB: sixteenths of 64 KiB cached leave three blocks an SM; 2 of each
+    # thread's packs of y and of dy in registers (256 threads: 16 KiB) leave four, a row a cluster
+    held = plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True))
+    assert held.choice.cluster == 16 and held.choice.cluster_regs == 2 and held.block == 256
+    assert held.smem == 48 * 1024 and held.grid == 1024 * 16
+    assert held.launch.kernel == "softmax_grad_cluster<half_t, 0, 8, 16, 2>"
+    assert held.launch.kernel in dispatch.kernel_names("half_t", "backward")
+    assert plan("softmax", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster_regs == 0, \
+        "the forward's 16-bit packs stay cached"
     assert plan("softmax", 1024, 262144 * 2, "float", 4, FakeDevice(clusters=True)).tier == "uncached", \
         "forward sixteenths of one block an SM"
     # rows of 262147 starting mid-pack: sixteenths of 4097 packs, 768 of them in registers

@@ -112,30 +112,39 @@ CLUSTER_PACKS_PER_THREAD = 8
 
 class HeldShape(NamedTuple):
     """A cluster launch that keeps `packs` 16-byte packs of its slice a thread in registers (of x;
-    of y and of dy each) and caches the rest: `size` blocks a row of `threads` threads, taken only
-    where the GPU holds at least `min_blocks` of them an SM."""
+    of y and of dy each) and caches the rest: `size` blocks a row of `threads` threads, for values
+    of `itemsize` bytes, taken only where the GPU holds at least `min_blocks` of them an SM."""
 
     size: int
     threads: int
     packs: int
     min_blocks: int
+    itemsize: int
 
 
 CLUSTER_HELD_SHAPES = {
-    "forward": (HeldShape(16, 256, 3, 4), HeldShape(16, 256, 4, 4), HeldShape(16, 256, 5, 4),
-                HeldShape(16, 256, 6, 4), HeldShape(8, 512, 8, 2)),
-    "backward": (HeldShape(16, 512, 4, 2),),
+    "forward": (HeldShape(16, 256, 3, 4, 4), HeldShape(16, 256, 4, 4, 4), HeldShape(16, 256, 5, 4, 4),
+                HeldShape(16, 256, 6, 4, 4), HeldShape(8, 512, 8, 2, 4)),
+    "backward": (HeldShape(16, 512, 4, 2, 4), HeldShape(16, 256, 2, 4, 2)),
 }
 """The cluster shapes built with packs in registers, in order of preference: cluster_shape takes
-the first the GPU holds at min_blocks an SM, where its slices cached whole would leave fewer.
-Forward: sixteenths of 256 threads holding the fewest packs that leave four blocks an SM (float32
-rows of 262144 and 300007 on an H100: 92.5-92.9% of copy, against 88.9-89.3 for eighths of 512
-threads holding 8 packs at two an SM, and 85-87 for three an SM of 256 threads or of sixteenths
-cached whole); those eighths where 16 is not launched. Backward: sixteenths of 512 threads holding
-4 packs of y and of dy (32 floats, within the 64 registers a thread has at two blocks an SM)."""
-CLUSTER_REGISTER_ITEMSIZE = 4
-"""Only float32 holds packs in registers: 16-bit packs widen to twice the floats, and the kernel
-spilled (64 registers and 126-194 bytes of stack on sm_90)."""
+the first the GPU holds at min_blocks an SM where the same size cached whole would leave fewer
+(or where no size fits cached). On an H100:
+- forward, float32: sixteenths of 256 threads holding the fewest packs that leave four blocks an
+  SM (rows of 262144 and 300007: 92.5-92.9% of copy, against 88.9-89.3 for eighths of 512 threads
+  holding 8 packs at two an SM, and 85-87 for three an SM of 256 threads or of sixteenths cached
+  whole); those eighths where 16 is not launched. 16-bit packs are not held: at 8 a thread the
+  kernel spilled (64 registers and 126-194 bytes of stack on sm_90).
+- backward, float32: sixteenths of 512 threads holding 4 packs of y and of dy (32 floats, within
+  the 64 registers a thread has at two blocks an SM), where sixteenths cached whole leave one.
+- backward, 16-bit: sixteenths of 256 threads holding 2 packs of y and of dy (54 registers), four
+  blocks an SM where cached whole they leave three (rows of 256000 and 262144: 93.3-94.9% against
+  89.1-90.1); 3 packs spilled and lost 7 points, 512 threads holding one lost 9."""
+CLUSTER_MAX_REGISTERS = 64
+"""Registers a thread of the cluster kernels has at most (their launch bounds: 1024 threads)."""
+REGISTER_FILE = 65536
+SM_THREADS = 2048
+"""32-bit registers and resident threads an SM has (every GPU with clusters)."""
 CLUSTER_MIN_SLICE_BYTES = 16 * 1024
 """The forward's cluster tier splits a row into no more slices than keep this many bytes each
 (blocks of 128 threads and more at CLUSTER_PACKS_PER_THREAD 16-byte packs): see cluster_shape."""
@@ -469,7 +478,7 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     holds in registers) for a row span of `cols`, or None where even the largest cluster (of at
     most `largest` blocks) leaves fewer than `min_blocks_per_sm` blocks an SM within `smem_limit`.
     `resident` answers how many blocks of a shape an SM holds (the occupancy query; None: as many
-    slices as `smem_limit` holds).
+    as resident_estimate allows).
 
     The backward takes the smallest cluster whose slice leaves room for two blocks an SM, else the
     smallest whose slice fits; its sixteen stride over the rows and load the next row while they
@@ -481,30 +490,30 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     more blocks beat fewer larger ones (H100, float16: 4096 rows of 128256 columns, eighths of
     32 KiB against quarters of 64 KiB; 1024 rows of 100003, eighths against halves), until a slice
     is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths).
-    Where no portable size leaves two blocks an SM (the backward: no size), float32 rows take the
-    first of CLUSTER_HELD_SHAPES that leaves its blocks an SM and more than its slices cached
-    whole would (float32 rows of 262144: forward sixteenths of 64 KiB, 12 KiB of them held, four
-    an SM against three; backward sixteenths of y and dy, 64 of 128 KiB held, two against one)."""
+    Whole 16-byte packs then take the first of CLUSTER_HELD_SHAPES of the chosen size (of any size
+    where none fits cached) that leaves at least its blocks an SM and more than the slices cached
+    whole: float32 rows of 262144, forward sixteenths of 64 KiB, 12 KiB of them held, four an SM
+    against three, and backward sixteenths of y and dy, 64 of 128 KiB held, two against one;
+    16-bit backward rows of 262144, sixteenths of 64 KiB, 16 KiB held, four against three."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
                and (c <= PORTABLE_CLUSTER or cluster_strides(c, direction) or slice_bytes[c] <= smem_limit // 2)]
-    cached, leaves_two = None, []
+    cached = None
     if fitting:
         two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
         size = two_an_sm[0] if two_an_sm else fitting[0]
-        leaves_two = two_an_sm
         if direction == "forward":
             leaves_two = [c for c in two_an_sm if c <= PORTABLE_CLUSTER]
             sized = [c for c in leaves_two if slice_bytes[c] >= CLUSTER_MIN_SLICE_BYTES]
             size = sized[-1] if sized else leaves_two[0] if leaves_two else size
         cached = cluster_shape_of(size, cols, pack, itemsize, direction)
-    if not leaves_two and holds_cluster_packs_in_registers(pack, itemsize):
-        blocks = resident or (lambda shape: smem_limit // max(1, shape.smem))
+    held_shapes = [held for held in cluster_held_shapes(direction, pack, itemsize)
+                   if held.size in sizes and (cached is None or held.size == cached.size)]
+    if held_shapes:
+        blocks = resident or (lambda shape: resident_estimate(shape, smem_limit))
         beat = blocks(cached) + 1 if cached else max(1, min_blocks_per_sm)
-        for held in CLUSTER_HELD_SHAPES[direction]:
-            if held.size not in sizes:
-                continue
+        for held in held_shapes:
             smem = slice_bytes[held.size] - cluster_held_bytes(direction, held.packs, held.threads, pack, itemsize)
             shape = ClusterShape(held.size, held.threads, smem, held.packs)
             if 0 < smem <= smem_limit and blocks(shape) >= max(held.min_blocks, beat):
@@ -512,10 +521,20 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     return cached
 
 
-def holds_cluster_packs_in_registers(pack: int, itemsize: int) -> bool:
-    """Whether the cluster tier is built with packs in registers for this storage and pack: whole
-    16-byte packs of CLUSTER_REGISTER_ITEMSIZE values."""
-    return pack * itemsize == PACK_BYTES and itemsize == CLUSTER_REGISTER_ITEMSIZE
+def resident_estimate(shape: ClusterShape, smem_limit: int) -> int:
+    """Blocks of a cluster shape an SM holds, without the occupancy query: as many as its shared
+    memory, its threads and (holding packs: CLUSTER_MAX_REGISTERS a thread) its registers allow."""
+    blocks = min(smem_limit // max(1, shape.smem), SM_THREADS // shape.threads)
+    if shape.register_packs:
+        blocks = min(blocks, REGISTER_FILE // (shape.threads * CLUSTER_MAX_REGISTERS))
+    return blocks
+
+
+def cluster_held_shapes(direction: str, pack: int, itemsize: int) -> list[HeldShape]:
+    """The CLUSTER_HELD_SHAPES built for this direction, storage and pack: whole 16-byte packs."""
+    if pack * itemsize != PACK_BYTES:
+        return []
+    return [held for held in CLUSTER_HELD_SHAPES[direction] if held.itemsize == itemsize]
 
 
 def cluster_held_bytes(direction: str, register_packs: int, threads: int, pack: int, itemsize: int) -> int:
@@ -883,10 +902,9 @@ def kernel_names(ctype: str, direction: str) -> tuple[str, ...]:
             for size in CLUSTER_SIZES:
                 names.append(kernel_name(ctype, algorithm, direction,
                                          TierChoice("cluster", block=128, pack=pack, cluster=size)))
-                if holds_cluster_packs_in_registers(pack, ITEMSIZE[ctype]):
-                    names += [kernel_name(ctype, algorithm, direction, TierChoice(
-                        "cluster", block=held.threads, pack=pack, cluster=size, cluster_regs=held.packs))
-                        for held in CLUSTER_HELD_SHAPES[direction] if held.size == size]
+                names += [kernel_name(ctype, algorithm, direction, TierChoice(
+                    "cluster", block=held.threads, pack=pack, cluster=size, cluster_regs=held.packs))
+                    for held in cluster_held_shapes(direction, pack, ITEMSIZE[ctype]) if held.size == size]
             if direction == "forward" and pack > 1:
                 for per_thread, threads in REGISTER_SHAPES:
                     names.append(kernel_name(ctype, algorithm, direction, TierChoice(
