@@ -248,13 +248,13 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         if cluster is not None:
             return forced_cluster(limit)
         min_blocks = th.cluster_min_blocks_per_sm if tier is None else 1
-        shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks, resident=resident)
+        shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks, resident=blocks_an_sm)
         if shape is not None and not holds(shape):
             shape = dispatch.cluster_shape(span, pack, itemsize, direction, limit, min_blocks,
-                                           largest=dispatch.PORTABLE_CLUSTER, resident=resident)
+                                           largest=dispatch.PORTABLE_CLUSTER, resident=blocks_an_sm)
         return shape
 
-    def resident(shape: dispatch.ClusterShape) -> int:
+    def blocks_an_sm(shape: dispatch.ClusterShape) -> int:
         """Blocks of a cluster shape an SM holds (the occupancy query, its shared memory raised first)."""
         name = dispatch.kernel_name(ctype, algorithm, direction, shape.choice(pack))
         queries.smem_limit(name)
