@@ -207,8 +207,10 @@ def test_cluster_shape_holds_packs_in_registers_only_where_that_leaves_more_bloc
     # the occupancy query decides where given: a GPU holding one block of each held shape an SM
     assert cluster_shape(262144, 4, 4, "forward", limit, 2, resident=lambda shape: 4 if not shape.register_packs
                          else 1)[3] == 0
-    # only the cluster size chosen cached is held: float16 backward rows of 128256 keep eighths
-    assert cluster_shape(128256, 8, 2, "backward", limit)[::3] == (8, 0)
+    # only the cluster size chosen cached is held: float16 backward rows of 128256 keep eighths,
+    # holding 2 packs of y and dy (four blocks an SM against three); of 200000, cached (two either way)
+    assert cluster_shape(128256, 8, 2, "backward", limit) == (8, 256, 128256 * 4 // 8 - 16 * 1024, 2)
+    assert cluster_shape(200000, 8, 2, "backward", limit) == (8, 512, 100000, 0)
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])

@@ -258,8 +258,8 @@ def test_instantiation_count_stays_small():
     (backward) holding packs in registers (two algorithms each) past 188 and 118; the forward's
     tile instances holding rows in registers (two sizes, two algorithms) past 190; the backward's
     flat tier (two sizes, two algorithms) past 120; float32's forward sixteenths holding 3-6 packs
-    in registers (four sizes, two algorithms) past 194, and 16-bit backward sixteenths holding 2
-    packs of y and dy past 118."""
+    in registers (four sizes, two algorithms) past 194, and 16-bit backward sixteenths and eighths
+    holding 2 packs of y and dy past 118."""
     for ctype in ("half_t", "bf16_t", "float"):
         assert len(d.kernel_names(ctype, "forward")) <= 202
         assert len(d.kernel_names(ctype, "backward")) <= 124

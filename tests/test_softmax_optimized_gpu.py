@@ -387,6 +387,30 @@ def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
         _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) {layout}")
 
 
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
+@pytest.mark.parametrize("cols", [128256, 131071])
+def test_backward_eighths_holding_packs_in_registers(op, dtype, cols):
+    """16-bit backward rows whose eighths of y and dy leave three blocks an SM cached whole (about
+    116k-145k columns) hold 2 packs of each a thread in registers, four an SM: odd widths, rows
+    that start mid-pack, 133 rows (slices that move from row to row), poisoned outputs."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.softmax.launch import row_layout
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("no thread-block clusters before sm_90")
+    for rows, layout in ((3, "contiguous"), (133, "contiguous"), (5, "offset")):
+        inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
+        laid = {k: _layout(v, layout) for k, v in inputs.items()}
+        out = _poisoned_out(rows, cols, dtype, layout)
+        pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
+        plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense)
+        assert plan.tier == "cluster" and plan.choice.cluster == 8 and plan.choice.cluster_regs == 2, plan
+        result = _function(op)(**laid, out=out)
+        assert result is out
+        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) {layout}")
+
+
 @pytest.mark.parametrize("op", ["softmax", "softmax_backward", "online_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
 def test_auto_dispatch_agrees_with_the_pure_rule(op, dtype):
