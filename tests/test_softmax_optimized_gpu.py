@@ -355,9 +355,6 @@ def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
     2 packs of y and of dy (four an SM): odd widths and rows that start mid-pack included, 133
     rows (rows whose starts, and so slices, change from row to row), every element right with
     poisoned outputs."""
-    from bwbench.cuda import softmax as s
-    from bwbench.cuda.softmax.launch import row_layout
-
     if not _holds_sixteen(op, dtype):
         pytest.skip("this GPU launches no clusters of 16 blocks")
     backward = "backward" in op
@@ -372,19 +369,32 @@ def test_sixteen_block_clusters_at_long_rows(op, dtype, cols):
         in_registers = 0 if cols > 300007 else 4 if backward else 3 if cols <= 262147 else 5
     else:
         in_registers = 2 if backward and cols <= 262147 else 0
+    for rows, plan, check in _long_row_cases(op, cols, dtype):
+        assert plan.tier == "cluster" and plan.choice.cluster == expected, plan
+        assert plan.choice.cluster_regs == in_registers, plan
+        if backward and rows == 133 and not in_registers:
+            assert plan.launch.grid[0] < rows * 16, "the backward's clusters of 16 stride over the rows"
+        check()
+
+
+def _long_row_cases(op: str, cols: int, dtype: torch.dtype):
+    """For 3 and 133 contiguous rows and 5 offset rows (starting mid-pack): (rows, the launcher's
+    plan, a check that runs the op into a poisoned output and compares it with the reference)."""
+    from bwbench.cuda import softmax as s
+    from bwbench.cuda.softmax.launch import row_layout
+
     for rows, layout in ((3, "contiguous"), (133, "contiguous"), (5, "offset")):
         inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
         laid = {k: _layout(v, layout) for k, v in inputs.items()}
         out = _poisoned_out(rows, cols, dtype, layout)
         pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
         plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense)
-        assert plan.tier == "cluster" and plan.choice.cluster == expected, plan
-        assert plan.choice.cluster_regs == in_registers, plan
-        if backward and rows == 133 and not in_registers:
-            assert plan.launch.grid[0] < rows * 16, "the backward's clusters of 16 stride over the rows"
-        result = _function(op)(**laid, out=out)
-        assert result is out
-        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) {layout}")
+
+        def check(laid=laid, out=out, inputs=inputs, rows=rows, layout=layout):
+            assert _function(op)(**laid, out=out) is out
+            _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) {layout}")
+
+        yield rows, plan, check
 
 
 @pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
@@ -394,21 +404,11 @@ def test_backward_eighths_holding_packs_in_registers(op, dtype, cols):
     """16-bit backward rows whose eighths of y and dy leave three blocks an SM cached whole (about
     116k-145k columns) hold 2 packs of each a thread in registers, four an SM: odd widths, rows
     that start mid-pack, 133 rows (slices that move from row to row), poisoned outputs."""
-    from bwbench.cuda import softmax as s
-    from bwbench.cuda.softmax.launch import row_layout
-
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("no thread-block clusters before sm_90")
-    for rows, layout in ((3, "contiguous"), (133, "contiguous"), (5, "offset")):
-        inputs = _inputs(op, rows, cols, dtype, seed=cols + rows)
-        laid = {k: _layout(v, layout) for k, v in inputs.items()}
-        out = _poisoned_out(rows, cols, dtype, layout)
-        pack, starts_aligned, dense = row_layout(tuple(laid.values()) + (out,))
-        plan = s.plan_launch(op, rows, cols, dtype, aligned=pack > 1, starts_aligned=starts_aligned, dense=dense)
+    for _, plan, check in _long_row_cases(op, cols, dtype):
         assert plan.tier == "cluster" and plan.choice.cluster == 8 and plan.choice.cluster_regs == 2, plan
-        result = _function(op)(**laid, out=out)
-        assert result is out
-        _assert_close(out, _reference(op, inputs), op, dtype, f"{op} {_name(dtype)} ({rows}, {cols}) {layout}")
+        check()
 
 
 @pytest.mark.parametrize("op", ["softmax", "softmax_backward", "online_softmax"])
