@@ -345,20 +345,14 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         choice = replace(choice, partial=True)
 
     name = dispatch.kernel_name(ctype, algorithm, direction, choice)
-    if choice.tier == "tile":
-        smem = dispatch.tile_smem_bytes(choice.tile_rows, cols, itemsize, direction)
+    if choice.tier in ("tile", "flat"):  # tiles of rows; the flat tier holds them in registers
+        smem = dispatch.tile_smem_bytes(choice.tile_rows, cols, itemsize, direction) if choice.tier == "tile" else 0
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
-            raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
+            held = f" with {smem} bytes of shared memory" if smem else ""
+            raise ValueError(f"{name} cannot launch {choice.block} threads{held} here")
         grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
-        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier="tile",
-                                              args=(np.int32(choice.tile_rows), np.int32(choice.group))))
-    if choice.tier == "flat":
-        per_sm = queries.blocks_per_sm(name, choice.block, 0)
-        if per_sm < 1:
-            raise ValueError(f"{name} cannot launch {choice.block} threads here")
-        grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
-        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), 0, tier="flat",
+        return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier=choice.tier,
                                               args=(np.int32(choice.tile_rows), np.int32(choice.group))))
     if choice.tier == "cluster":
         size = choice.cluster
