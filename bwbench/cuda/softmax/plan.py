@@ -349,8 +349,8 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         smem = dispatch.tile_smem_bytes(choice.tile_rows, cols, itemsize, direction) if choice.tier == "tile" else 0
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
-            held = f" with {smem} bytes of shared memory" if smem else ""
-            raise ValueError(f"{name} cannot launch {choice.block} threads{held} here")
+            memory = f" with {smem} bytes of shared memory" if smem else ""
+            raise ValueError(f"{name} cannot launch {choice.block} threads{memory} here")
         grid = grid_blocks(-(-rows // choice.tile_rows), per_sm, queries.sms, grid_waves)
         return SoftmaxPlan(op, choice, Launch(name, (grid,), (choice.block,), smem, tier=choice.tier,
                                               args=(np.int32(choice.tile_rows), np.int32(choice.group))))
