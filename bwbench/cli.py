@@ -507,7 +507,7 @@ def profile(
         path = out / f"{results_stem(out, None, _default_stem(chosen.name, session.gpu_name) + '-profile', False)}.json"
         table = Table(title=f"{chosen.name}: DRAM bytes measured by Nsight Compute against the byte model")
         for col in ("case", "dtype", "impl", "kernels", "model MB", "DRAM MB", "DRAM / model",
-                    "bwbench µs", "events µs", "CUPTI µs", "ncu µs", "ncu / bwbench"):
+                    "bwbench µs", "write-back µs", "events µs", "CUPTI µs", "ncu µs", "ncu / bwbench"):
             table.add_column(col, justify="left" if col in ("case", "dtype", "impl") else "right")
         hook = profile_hook(chosen, gpu, on_profile=lambda c, name: console.print(f"[dim]ncu on {escape(name)} {escape(str(c))}…[/]"),
                             timer=session.timer)
@@ -519,12 +519,12 @@ def profile(
                 continue
             result = (rec.extra or {}).get("profile")
             if rec.status != "ok" or not result:
-                table.add_row(plain(rec.case), plain(rec.dtype), plain(rec.impl), rec.status, "", "", "", "", "", "", "", "")
+                table.add_row(plain(rec.case), plain(rec.dtype), plain(rec.impl), rec.status, *[""] * 9)
                 continue
             table.add_row(rec.case, rec.dtype, rec.impl, str(result["kernel_count"]),
                           f"{result['model_bytes'] / 1e6:,.1f}", f"{result['dram_bytes'] / 1e6:,.1f}",
                           f"{result['bytes_ratio']:.2f}×", f"{result['bwbench_median_us']:,.1f}",
-                          _us(result.get("events_median_us")), _us(result.get("cupti_median_us")),
+                          _us(result.get("writeback_us")), _us(result.get("events_median_us")), _us(result.get("cupti_median_us")),
                           f"{result['ncu_time_us']:,.1f}",
                           f"{result['time_ratio']:.2f}" if result.get("time_ratio") else "—")
         console.print(table)

@@ -42,6 +42,9 @@ class ProfileResult:
     kernels: list[KernelMetrics]
     model_bytes: int
     bwbench_median_us: float | None
+    writeback_us: float = 0.0
+    """The part of bwbench's median that is the call's writes leaving L2 after its kernels ended:
+    Nsight Compute's kernel duration does not include it, so the time ratio leaves it out."""
 
     @property
     def dram_bytes(self) -> float:
@@ -57,13 +60,14 @@ class ProfileResult:
 
     @property
     def time_ratio(self) -> float | None:
-        return self.ncu_time_us / self.bwbench_median_us if self.bwbench_median_us else None
+        kernels_us = (self.bwbench_median_us or 0.0) - self.writeback_us
+        return self.ncu_time_us / kernels_us if kernels_us > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kernels": [asdict(k) for k in self.kernels], "kernel_count": len(self.kernels),
                 "dram_bytes": self.dram_bytes, "model_bytes": self.model_bytes, "bytes_ratio": self.bytes_ratio,
                 "ncu_time_us": self.ncu_time_us, "bwbench_median_us": self.bwbench_median_us,
-                "time_ratio": self.time_ratio}
+                "writeback_us": self.writeback_us, "time_ratio": self.time_ratio}
 
 
 def find_ncu() -> str:
@@ -147,7 +151,8 @@ def profile_hook(suite, gpu: int, on_profile=None, timer=None):
         spec = target_spec(suite, case, impl.name, fields["input_seed"], gpu)
         clocks = _both_clocks(timer, spec) if timer is not None else {}
         kernels = run_ncu(spec)
-        result = ProfileResult(kernels, fields["bytes_total"], (fields.get("stats") or {}).get("median_us"))
+        result = ProfileResult(kernels, fields["bytes_total"], (fields.get("stats") or {}).get("median_us"),
+                               (fields.get("timer_detail") or {}).get("writeback_us") or 0.0)
         return {"profile": {**result.to_dict(), **clocks}}
 
     return hook

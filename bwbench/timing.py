@@ -5,7 +5,10 @@ Cold is the default because a memory-bound kernel's honest bandwidth is the DRAM
 before every sample a buffer twice the L2 size is read (a read leaves clean lines, so no write-back
 of the flush lands inside the timed region), then a device-side sleep keeps the GPU busy while the
 host enqueues the implementation, so launch overhead on the host is not timed as idle GPU.
-Only the implementation sits inside the clock's bracket.
+Only the implementation sits inside the clock's bracket. L2 is write-back, though: the last tens
+of megabytes an implementation writes are still in L2 when its last kernel ends. The next sample's
+flush writes them to DRAM, so that flush is timed as well, and what it takes beyond a flush of a
+clean L2 is added to every sample (`WriteBack`): a cold sample ends when the call's bytes are in DRAM.
 
 The two clocks: `events` records a CUDA event before and after the call and reads the time between
 them, which includes the events' own cost (about 2 µs on an H100, a third of a 6 µs kernel);
@@ -79,6 +82,23 @@ class TimerChoice:
 
     def to_dict(self) -> dict[str, str]:
         return {"requested": self.requested, "used": self.used, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """The flush after a call against a flush of a clean L2 (medians, microseconds): the
+    difference, never negative, is the time the DRAM still needed for the call's writes."""
+
+    flush_after_us: float
+    flush_clean_us: float
+
+    @property
+    def us(self) -> float:
+        return max(0.0, self.flush_after_us - self.flush_clean_us)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"writeback_us": round(self.us, 4), "flush_after_us": round(self.flush_after_us, 4),
+                "flush_clean_us": round(self.flush_clean_us, 4)}
 
 
 # --- clocks: what brackets one cold sample --------------------------------------------------
@@ -272,6 +292,15 @@ class Timer:
         return samples
 
     def cold(self, fn: Callable[[], Any], policy: SamplingPolicy | None = None) -> Measurement:
+        """Samples of fn from a clean L2, each charged the write-back it left behind.
+
+        Each sample is a device sleep (covering the host's launches), fn, then the read flush that
+        both drains fn's dirty lines to DRAM and cleans L2 for the next sample. That flush is timed
+        too: what it takes beyond a flush of a clean L2 (one per batch, measured the same way) is
+        the write-back of fn's output that was still in L2 when fn's last kernel ended. A copy of
+        12 MB leaves nearly all its writes there, a copy of 400 MB about 30 MB of them, so without
+        the charge a cold sample counts writes the DRAM has not taken yet and can exceed its peak.
+        """
         policy = policy or self.policy
         torch = self.torch
         fn()  # warm-up: lazy initialisation, allocator growth, autotuning caches
@@ -280,29 +309,44 @@ class Timer:
         clock = self.clock
         with clock.active():
             # measured with the clock on: CUPTI's tracing adds host cost to every launch
-            sleep_us = min(MAX_HIDE_LAUNCH_US, max(MIN_HIDE_LAUNCH_US, 2.0 * self._host_launch_us(fn)))
+            launch_us = self._host_launch_us(fn) + self._host_launch_us(self.flush_l2)
+            sleep_us = min(MAX_HIDE_LAUNCH_US, max(MIN_HIDE_LAUNCH_US, 2.0 * launch_us))
             times: list[SampleTime] = []
+            drains: list[float] = []
+            clean: list[float] = []
+            self.flush_l2()
             began = time.perf_counter()
             while True:
-                clock.begin(policy.batch)
+                clock.begin(1 + 2 * policy.batch)
+                self._hide_launch(sleep_us)  # queued behind a sleep like every timed flush
+                self._timed(clock, 0, self.flush_l2)  # follows a flush: L2 holds no dirty line
                 for i in range(policy.batch):
-                    self.flush_l2()
                     self._hide_launch(sleep_us)
-                    clock.start(i)
-                    try:
-                        fn()
-                    finally:  # a call that raises must not leave its bracket open
-                        clock.stop(i)
-                times.extend(clock.finish())
-                samples = [t.span_us for t in times]
-                stop, converged = policy.done(samples, time.perf_counter() - began)
+                    self._timed(clock, 1 + 2 * i, fn)
+                    self._timed(clock, 2 + 2 * i, self.flush_l2)
+                batch = clock.finish()
+                clean.append(batch[0].span_us)
+                times.extend(batch[1::2])
+                drains.extend(t.span_us for t in batch[2::2])
+                spans = [t.span_us for t in times]
+                stop, converged = policy.done(spans, time.perf_counter() - began)
                 if stop:
                     break
-        detail = clock.detail(times)
+        writeback = WriteBack(statistics.median(drains), statistics.median(clean))
+        samples = [s + writeback.us for s in spans]
+        detail = {**(clock.detail(times) or {}), "span_median_us": statistics.median(spans), **writeback.to_dict()}
         if self.choice.used != self.choice.requested:
-            detail = {**(detail or {}), "choice": self.choice.to_dict()}
+            detail["choice"] = self.choice.to_dict()
         return Measurement("cold", samples, summarize(samples, converged), timer=clock.name, host_us=host_us,
                            detail=detail)
+
+    @staticmethod
+    def _timed(clock, i: int, call: Callable[[], Any]) -> None:
+        clock.start(i)
+        try:
+            call()
+        finally:  # a call that raises must not leave its bracket open
+            clock.stop(i)
 
     # --- hot ---------------------------------------------------------------------------
     def hot(self, fn: Callable[[], Any], policy: SamplingPolicy | None = None,

@@ -26,6 +26,10 @@ def test_ncu_csv_rows_are_summed_per_kernel():
     assert result.ncu_time_us == pytest.approx(499.712)
     assert result.time_ratio == pytest.approx(499.712 / 500.0)
     assert result.to_dict()["kernel_count"] == 2
+    # Nsight Compute times the kernels alone: the write-back bwbench charges after them is left out
+    charged = ProfileResult(kernels, model_bytes=2 * 402_653_184, bwbench_median_us=510.0, writeback_us=10.0)
+    assert charged.time_ratio == pytest.approx(499.712 / 500.0)
+    assert charged.to_dict()["writeback_us"] == 10.0
 
 
 def test_scaled_units_are_converted_to_bytes_and_nanoseconds():

@@ -349,7 +349,43 @@ def test_an_events_measurement_made_by_a_fallback_says_why(cpu_timer, monkeypatc
     cpu_timer.choice = TimerChoice("auto", "events", "cupti-python is not importable")
     m = cpu_timer.cold(lambda: None)
     assert m.timer == "events" and m.stats.median_us == 3.0
-    assert m.detail == {"choice": {"requested": "auto", "used": "events", "reason": "cupti-python is not importable"}}
+    assert m.detail["choice"] == {"requested": "auto", "used": "events", "reason": "cupti-python is not importable"}
+    assert m.detail["writeback_us"] == 0.0
+
+
+@pytest.mark.parametrize("writes, writeback_us", [(True, 5.0), (False, 0.0)])
+def test_cold_samples_are_charged_the_write_back_their_call_left_in_l2(cpu_timer, fake_cupti, monkeypatch,
+                                                                      writes, writeback_us):
+    """A flush after the call that takes longer than a flush after a flush is the call's writes
+    reaching DRAM: every sample carries it, and the record keeps the parts."""
+    _fake_device_timer(cpu_timer, fake_cupti, monkeypatch)
+    timer = cpu_timer.using("cupti")
+    _fake_device_timer(timer, fake_cupti, monkeypatch)
+    dirty = {"lines": False}
+
+    def call():
+        fake_cupti.launch("copy", 4_000)
+        dirty["lines"] = writes
+
+    def flush():
+        fake_cupti.launch("flush", 45_000 if dirty["lines"] else 40_000)
+        dirty["lines"] = False
+
+    monkeypatch.setattr(timer, "flush_l2", flush)
+    m = timer.cold(call)
+    assert m.samples_us == pytest.approx([4.0 + writeback_us] * 6)
+    assert m.stats.median_us == pytest.approx(4.0 + writeback_us)
+    assert m.detail["span_median_us"] == pytest.approx(4.0)
+    assert m.detail["writeback_us"] == pytest.approx(writeback_us)
+    assert m.detail["flush_clean_us"] == pytest.approx(40.0)
+    assert m.detail["flush_after_us"] == pytest.approx(40.0 + writeback_us)
+
+
+def test_a_flush_faster_after_the_call_charges_nothing():
+    from bwbench.timing import WriteBack
+
+    assert WriteBack(flush_after_us=39.5, flush_clean_us=40.0).us == 0.0
+    assert WriteBack(flush_after_us=42.0, flush_clean_us=40.0).to_dict()["writeback_us"] == 2.0
 
 
 def test_a_call_that_raises_closes_its_bracket(cpu_timer, fake_cupti, monkeypatch):

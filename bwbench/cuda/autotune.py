@@ -33,6 +33,8 @@ def _timer(device: int) -> Timer:
 
 
 def cold_launch_us(run: Callable[[], None], device: int, launches: int = TIMED_LAUNCHES) -> float:
-    """Fastest of `launches` cold calls of `run` (microseconds, CUDA events)."""
+    """Fastest of `launches` cold calls of `run` (microseconds, CUDA events), without the write-back
+    a cold sample is charged: every candidate writes the same output, so it would add only noise."""
     policy = SamplingPolicy(min_samples=launches, max_samples=launches, batch=launches, max_seconds=60.0)
-    return min(_timer(device).cold(run, policy).samples_us)
+    m = _timer(device).cold(run, policy)
+    return min(m.samples_us) - (m.detail or {}).get("writeback_us", 0.0)
