@@ -7,8 +7,9 @@ of the flush lands inside the timed region), then a device-side sleep keeps the 
 host enqueues the implementation, so launch overhead on the host is not timed as idle GPU.
 Only the implementation sits inside the clock's bracket. L2 is write-back, though: the last tens
 of megabytes an implementation writes are still in L2 when its last kernel ends. The next sample's
-flush writes them to DRAM, so that flush is timed as well, and what it takes beyond a flush of a
-clean L2 is added to every sample (`WriteBack`): a cold sample ends when the call's bytes are in DRAM.
+flush writes them to DRAM, so that flush is timed as well, and what it takes beyond a second flush
+right after it (of a clean L2) is added to every sample (`WriteBack`): a cold sample ends when the
+call's bytes are in DRAM.
 
 The two clocks: `events` records a CUDA event before and after the call and reads the time between
 them, which includes the events' own cost (about 2 µs on an H100, a third of a 6 µs kernel);
@@ -86,15 +87,18 @@ class TimerChoice:
 
 @dataclass(frozen=True)
 class WriteBack:
-    """The flush after a call against a flush of a clean L2 (medians, microseconds): the
-    difference, never negative, is the time the DRAM still needed for the call's writes."""
+    """A call's writes still in L2 when it ended, in microseconds of DRAM time: the median over
+    samples of (flush right after the call - the flush right after that one, of a clean L2),
+    never negative; the flushes' own medians are kept beside it."""
 
+    us: float
     flush_after_us: float
     flush_clean_us: float
 
-    @property
-    def us(self) -> float:
-        return max(0.0, self.flush_after_us - self.flush_clean_us)
+    @classmethod
+    def of_pairs(cls, after: list[float], clean: list[float]) -> "WriteBack":
+        excess = statistics.median(a - c for a, c in zip(after, clean))
+        return cls(max(0.0, excess), statistics.median(after), statistics.median(clean))
 
     def to_dict(self) -> dict[str, float]:
         return {"writeback_us": round(self.us, 4), "flush_after_us": round(self.flush_after_us, 4),
@@ -294,12 +298,13 @@ class Timer:
     def cold(self, fn: Callable[[], Any], policy: SamplingPolicy | None = None) -> Measurement:
         """Samples of fn from a clean L2, each charged the write-back it left behind.
 
-        Each sample is a device sleep (covering the host's launches), fn, then the read flush that
-        both drains fn's dirty lines to DRAM and cleans L2 for the next sample. That flush is timed
-        too: what it takes beyond a flush of a clean L2 (one per batch, measured the same way) is
-        the write-back of fn's output that was still in L2 when fn's last kernel ended. A copy of
-        12 MB leaves nearly all its writes there, a copy of 400 MB about 30 MB of them, so without
-        the charge a cold sample counts writes the DRAM has not taken yet and can exceed its peak.
+        Each sample is a device sleep (covering the host's launches), fn, the read flush that
+        drains fn's dirty lines to DRAM, and a second flush, of an L2 that now holds none. Both
+        flushes are timed: what the first takes beyond the second is the write-back of fn's output
+        still in L2 when fn's last kernel ended. A copy of 12 MB leaves nearly all its writes there,
+        one of 400 MB about 30 MB of them; without the charge a cold sample counts writes the DRAM
+        has not taken yet, and can exceed its peak. The median of the per-sample differences is
+        added to every sample (pairs, so the flush's drift between samples cancels).
         """
         policy = policy or self.policy
         torch = self.torch
@@ -309,30 +314,29 @@ class Timer:
         clock = self.clock
         with clock.active():
             # measured with the clock on: CUPTI's tracing adds host cost to every launch
-            launch_us = self._host_launch_us(fn) + self._host_launch_us(self.flush_l2)
+            launch_us = self._host_launch_us(fn) + 2.0 * self._host_launch_us(self.flush_l2)
             sleep_us = min(MAX_HIDE_LAUNCH_US, max(MIN_HIDE_LAUNCH_US, 2.0 * launch_us))
             times: list[SampleTime] = []
-            drains: list[float] = []
+            after: list[float] = []
             clean: list[float] = []
             self.flush_l2()
             began = time.perf_counter()
             while True:
-                clock.begin(1 + 2 * policy.batch)
-                self._hide_launch(sleep_us)  # queued behind a sleep like every timed flush
-                self._timed(clock, 0, self.flush_l2)  # follows a flush: L2 holds no dirty line
+                clock.begin(3 * policy.batch)
                 for i in range(policy.batch):
                     self._hide_launch(sleep_us)
-                    self._timed(clock, 1 + 2 * i, fn)
-                    self._timed(clock, 2 + 2 * i, self.flush_l2)
+                    self._timed(clock, 3 * i, fn)
+                    self._timed(clock, 3 * i + 1, self.flush_l2)
+                    self._timed(clock, 3 * i + 2, self.flush_l2)
                 batch = clock.finish()
-                clean.append(batch[0].span_us)
-                times.extend(batch[1::2])
-                drains.extend(t.span_us for t in batch[2::2])
+                times.extend(batch[0::3])
+                after.extend(t.span_us for t in batch[1::3])
+                clean.extend(t.span_us for t in batch[2::3])
                 spans = [t.span_us for t in times]
                 stop, converged = policy.done(spans, time.perf_counter() - began)
                 if stop:
                     break
-        writeback = WriteBack(statistics.median(drains), statistics.median(clean))
+        writeback = WriteBack.of_pairs(after, clean)
         samples = [s + writeback.us for s in spans]
         detail = {**(clock.detail(times) or {}), "span_median_us": statistics.median(spans), **writeback.to_dict()}
         if self.choice.used != self.choice.requested:

@@ -384,8 +384,10 @@ def test_cold_samples_are_charged_the_write_back_their_call_left_in_l2(cpu_timer
 def test_a_flush_faster_after_the_call_charges_nothing():
     from bwbench.timing import WriteBack
 
-    assert WriteBack(flush_after_us=39.5, flush_clean_us=40.0).us == 0.0
-    assert WriteBack(flush_after_us=42.0, flush_clean_us=40.0).to_dict()["writeback_us"] == 2.0
+    assert WriteBack.of_pairs([39.5, 40.0, 39.8], [40.0, 40.1, 40.0]).us == 0.0
+    # the median of the pairs' differences, not the difference of the medians
+    charged = WriteBack.of_pairs([45.0, 41.0, 43.0], [41.0, 40.0, 42.0])
+    assert charged.to_dict() == {"writeback_us": 1.0, "flush_after_us": 43.0, "flush_clean_us": 41.0}
 
 
 def test_a_call_that_raises_closes_its_bracket(cpu_timer, fake_cupti, monkeypatch):
