@@ -302,7 +302,7 @@ class Timer:
         drains fn's dirty lines to DRAM, and a second flush, of an L2 that now holds none. Both
         flushes are timed: what the first takes beyond the second is the write-back of fn's output
         still in L2 when fn's last kernel ended. A copy of 12 MB leaves nearly all its writes there,
-        one of 400 MB about 30 MB of them; without the charge a cold sample counts writes the DRAM
+        one of 400 MB about 25 MB of them; without the charge a cold sample counts writes the DRAM
         has not taken yet, and can exceed its peak. The median of the per-sample differences is
         added to every sample (pairs, so the flush's drift between samples cancels).
         """
