@@ -91,8 +91,10 @@ class Record:
     host_us: float | None = None
     """Median host time to enqueue one call with the GPU kept busy (what a call costs in eager mode)."""
     timer_detail: dict[str, Any] | None = None
-    """The clock's details: for CUPTI the sum of kernel times beside the span, kernels per call and
-    their names; why `auto` fell back to events, where it did."""
+    """The clock's details: the kernels' own span (span_median_us) and the write-back of the call's
+    output left in L2 that cold samples are charged (writeback_us, with the two flushes' medians);
+    for CUPTI the sum of kernel times beside the span, kernels per call and their names; why `auto`
+    fell back to events, where it did."""
     gpu_index: int | None = None
     """Fleet runs (bwbench.fleet): the GPU that measured this record, by NVML index on its host..."""
     gpu_uuid: str | None = None
@@ -469,6 +471,7 @@ def to_frame(document: RunDocument, source: str | None = None):
         for col in STAT_COLUMNS:
             row[col] = (rec.stats or {}).get(col)
         row["kernel_sum_us"] = (rec.timer_detail or {}).get("sum_median_us")
+        row["writeback_us"] = (rec.timer_detail or {}).get("writeback_us")
         row["check_passed"] = (rec.check or {}).get("passed")
         row["max_abs_err"] = (rec.check or {}).get("max_abs_err")
         row["gpu"] = env.get("gpu_name")

@@ -413,13 +413,15 @@ def test_record_keeps_timer_host_cost_and_detail_through_a_file(tmp_path):
 
     rec = Record(suite="softmax", case="rows=8,cols=32", params={"rows": 8, "cols": 32}, dtype="float16",
                  impl="torch", kind="torch", status="ok", stats={"median_us": 6.5}, gbps=1.0,
-                 timer="cupti", host_us=9.25, timer_detail={"sum_median_us": 6.0, "activities_per_call": 1})
+                 timer="cupti", host_us=9.25, timer_detail={"sum_median_us": 6.0, "activities_per_call": 1,
+                                                             "writeback_us": 1.5})
     path = tmp_path / "r.json"
     ResultsWriter(path, RunDocument({}, {}, {}, [rec])).finish()
     back = read_document(path).records[0]
     assert (back.timer, back.host_us, back.timer_detail) == ("cupti", 9.25, rec.timer_detail)
     row = to_frame(read_document(path)).iloc[0]
     assert row["timer"] == "cupti" and row["host_us"] == 9.25 and row["kernel_sum_us"] == 6.0
+    assert row["writeback_us"] == 1.5
     assert "timer_detail" not in row.index
     old = Record(suite="s", case="c", params={}, dtype="float16", impl="i", kind="cuda", status="ok")
     assert old.timer is None and old.host_us is None  # files written before these fields still read
