@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from .console import comparison_table, device_table, make_console, plain, problems, summary_tables
-from .gate import check_baseline, check_baseline_device
+from .gate import check_baseline, check_baseline_device, check_baseline_method
 from .outputs import check_gate_outputs, check_report_output, check_run_outputs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -218,6 +218,8 @@ def run(
             plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick,
                                                                preset=preset)))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
+        if timing == "hot" or timer != "auto":  # the clock is known now; auto's is checked once chosen
+            check_baseline_method(gates.baseline, timing, timer)
         check_run_outputs(out, name, force, [baseline] if baseline else [])
         return plans, parse_size(copy_size), gates
 
@@ -323,6 +325,7 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
         session = Session.open(gpu, settings)
     info = session.environment
     choice = session.timer.choice
+    check_baseline_method(gates.baseline, settings.timing, choice.used)  # before the sweep
     options["timer_choice"] = choice.to_dict()
     console.print(f"timer: {choice.used}" + ("" if choice.reason == "asked for" else f" ({escape(choice.reason)})"),
                   soft_wrap=True)
@@ -544,6 +547,7 @@ def compare(
     current: Optional[Path] = typer.Argument(None, help="Results JSON of the run to judge."),
     max_drop: str = typer.Option("5%", "--max-drop", help="Smallest drop in median GB/s that counts as a regression (5% or 0.05)."),
     ignore_gpu: bool = typer.Option(False, "--ignore-gpu", help="Compare runs made on different GPU models (a ratio summary comes first)."),
+    ignore_timing: bool = typer.Option(False, "--ignore-timing", help="Compare runs timed differently (cold or hot, events or CUPTI, write-back charged or not), which is refused otherwise: it moves cases of a few microseconds more than any threshold."),
     markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown summary (for a CI job summary) to this file ('-' for stdout; the table then goes to stderr)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout; the table then goes to stderr)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
@@ -575,7 +579,7 @@ def compare(
         if against_store:
             if current is not None:
                 raise UsageError("--against-store takes one results file (the run to judge)")
-            docs, note = _store_baseline(baseline, store, last)
+            docs, note = _store_baseline(baseline, store, last, ignore_timing)
         else:
             note = ""
             if current is None:
@@ -584,7 +588,8 @@ def compare(
                 docs = [read_document(p) for p in (baseline, current)]
             except ValueError as err:
                 raise UsageError(str(err)) from None
-        comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest)
+        comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest,
+                                   ignore_timing=ignore_timing)
         if not comparisons:
             raise UsageError(f"--min-bytes {min_bytes}: no record of these runs moves that much")
         wanted = split_list(impl)
@@ -612,8 +617,10 @@ def compare(
     raise typer.Exit(_guard(judge_runs))
 
 
-def _store_baseline(current_path: Path, store_path: Optional[Path], last: int):
-    """([baseline made of the last runs of the same GPU model in the store, the current run], a line saying which)."""
+def _store_baseline(current_path: Path, store_path: Optional[Path], last: int, ignore_timing: bool = False):
+    """([baseline made of the last runs of the same GPU model (timed the same way) in the store, the
+    current run], a line saying which)."""
+    from .method import run_method
     from .results import read_document
     from .store import DEFAULT_STORE, StoreError, baseline_from_store, run_id_of
 
@@ -625,7 +632,8 @@ def _store_baseline(current_path: Path, store_path: Optional[Path], last: int):
         raise UsageError(str(err)) from None
     gpu = current_doc.environment.get("gpu_name")
     try:
-        base, runs = baseline_from_store(store_path or DEFAULT_STORE, gpu, last, exclude_run=run_id_of(current_doc))
+        base, runs = baseline_from_store(store_path or DEFAULT_STORE, gpu, last, exclude_run=run_id_of(current_doc),
+                                         method=None if ignore_timing else run_method(current_doc))
     except StoreError as err:
         raise UsageError(str(err)) from None
     note = (f"baseline: median of {len(runs)} stored runs on {gpu} "

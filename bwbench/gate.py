@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, asdict, replace
 from typing import Iterable, Sequence
 
+from .method import method_mismatch, planned_method, run_method
 from .results import Record, RunDocument
 from .stats import DISTURBED_WARNING
 from .suite import COPY_IMPL
@@ -203,8 +204,24 @@ def check_baseline_device(baseline: RunDocument | None, gpu_name: str | None) ->
         check_same_gpu(baseline, RunDocument(environment={"gpu_name": gpu_name}, options={}, suites={}), False)
 
 
+def check_same_method(baseline: RunDocument, current: RunDocument, ignore_timing: bool) -> None:
+    problem = method_mismatch(run_method(baseline), run_method(current))
+    if problem and not ignore_timing:
+        raise GateInputError(f"{problem} (make the baseline again with this bwbench, or pass --ignore-timing "
+                             "to compare anyway)")
+
+
+def check_baseline_method(baseline: RunDocument | None, timing: str, timer: str) -> None:
+    """`run --baseline`: the baseline must be timed as this run will be (`timer`: the clock of its
+    cold samples), checked before the sweep."""
+    if baseline is not None:
+        problem = method_mismatch(run_method(baseline), planned_method(timing, timer))
+        if problem:
+            raise GateInputError(f"{problem} (make the baseline again with this bwbench, timed the same way)")
+
+
 def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, ignore_gpu: bool = False,
-                 include_copy: bool = False, min_bytes: int = 0) -> list[Comparison]:
+                 include_copy: bool = False, min_bytes: int = 0, ignore_timing: bool = False) -> list[Comparison]:
     """Every record of either run, matched by (suite, case, dtype, implementation) and judged.
 
     min_bytes: records that move fewer bytes (in both runs) are left out. Cases of a few
@@ -213,6 +230,7 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
     sees within-run noise."""
     check_threshold(max_drop)
     check_same_gpu(baseline, current, ignore_gpu)
+    check_same_method(baseline, current, ignore_timing)
     base = {record_key(r): r for r in baseline.records}
     cur = {record_key(r): r for r in current.records}
     keys = list(dict.fromkeys([*base, *cur]))

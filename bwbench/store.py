@@ -2,7 +2,8 @@
 
 One file (default `reports/bwbench-history.sqlite`, beside the results), two tables:
 
-    runs     one row per run: run_id, GPU model and UUID, git commit, date, host, copy and peak GB/s
+    runs     one row per run: run_id, GPU model and UUID, git commit, date, host, copy and peak GB/s,
+             how it was timed (bwbench.method: a gate only judges runs timed the same way)
     results  one row per (run, suite, case, dtype, implementation): status, GB/s, median/p10/p90 µs,
              % of copy, % of peak, bytes moved, the case's axis values (JSON)
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .method import run_method
 from .results import Record, RunDocument, read_document
 from .suite import format_value
 
@@ -43,7 +45,8 @@ CREATE TABLE IF NOT EXISTS runs (
     bwbench_version TEXT,
     complete        INTEGER,
     source          TEXT,
-    added           TEXT
+    added           TEXT,
+    timing          TEXT
 );
 CREATE TABLE IF NOT EXISTS results (
     run_id      TEXT NOT NULL REFERENCES runs(run_id),
@@ -94,6 +97,8 @@ class StoredRun:
     copy_gbps: float | None
     peak_gbps: float | None
     records: int
+    timing: str | None = None
+    """How the run was timed (bwbench.method.run_method); None for runs stored before it was kept."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,23 @@ def connect(store_path: str | Path, create: bool = True) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(path)
         conn.executescript(SCHEMA)
+        _add_missing_columns(conn)
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path} is not a bwbench results store ({err})") from None
     return conn
+
+
+ADDED_COLUMNS = {"runs": {"timing": "TEXT"}}
+"""Columns newer than the first stores: added in place to a store that lacks them (left NULL for
+the runs already there, which no gate then takes as timed like a new run)."""
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for column, kind in columns.items():
+            if column not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def run_id_of(document: RunDocument) -> str:
@@ -172,10 +191,12 @@ def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, 
     with closing(connect(store_path)) as conn, conn:
         before = conn.total_changes
         conn.execute(
-            "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR IGNORE INTO runs (run_id, gpu_name, gpu_uuid, git_commit, created, host, copy_gbps, peak_gbps, "
+            "bwbench_version, complete, source, added, timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, env.get("gpu_name"), env.get("gpu_uuid"), env.get("git_commit"), created_text(env.get("created")),
              env.get("host"), _real(env.get("copy_gbps")), _real(env.get("peak_gbps")), env.get("bwbench_version"),
-             int(bool(document.complete)), source, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")))
+             int(bool(document.complete)), source, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+             run_method(document)))
         new_run = conn.total_changes > before
         if not new_run and document.complete:
             conn.execute("UPDATE runs SET complete = 1 WHERE run_id = ?", (run_id,))
@@ -218,7 +239,7 @@ def _real(value: Any) -> float | None:
 def recent_runs(store_path: str | Path, gpu_name: str | None = None, limit: int | None = 20) -> list[StoredRun]:
     """Runs newest first, of one GPU model if named."""
     query = ("SELECT r.run_id, r.gpu_name, r.gpu_uuid, r.git_commit, r.created, r.host, r.copy_gbps, r.peak_gbps, "
-             "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id) FROM runs r")
+             "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id), r.timing FROM runs r")
     args: list[Any] = []
     if gpu_name is not None:
         query += " WHERE r.gpu_name = ?"
@@ -279,13 +300,19 @@ def known_values(store_path: str | Path, column: str, suite: str | None = None) 
         return [row[0] for row in conn.execute(query, [suite] if suite else [])]
 
 
-def baseline_from_store(store_path: str | Path, gpu_name: str, last: int, exclude_run: str | None = None) -> tuple[RunDocument, list[StoredRun]]:
-    """A baseline document made of the last `last` runs of one GPU model: per (suite, case, dtype,
-    implementation), the median over those runs of the median time (and of p10 and p90), so one
-    odd run does not decide the gate."""
-    runs = [r for r in recent_runs(store_path, gpu_name, None) if r.run_id != exclude_run][:last]
-    if not runs:
+def baseline_from_store(store_path: str | Path, gpu_name: str, last: int, exclude_run: str | None = None,
+                        method: str | None = None) -> tuple[RunDocument, list[StoredRun]]:
+    """A baseline document made of the last `last` runs of one GPU model (timed by `method`, when
+    given): per (suite, case, dtype, implementation), the median over those runs of the median time
+    (and of p10 and p90), so one odd run does not decide the gate."""
+    earlier = [r for r in recent_runs(store_path, gpu_name, None) if r.run_id != exclude_run]
+    if not earlier:
         raise StoreError(f"the store has no earlier run on {gpu_name!r}")
+    runs = [r for r in earlier if method is None or r.timing == method][:last]
+    if not runs:
+        others = sorted({r.timing or "before bwbench kept how runs were timed" for r in earlier})
+        raise StoreError(f"the store has no earlier run on {gpu_name!r} timed {method} ({len(earlier)} timed otherwise: "
+                         f"{'; '.join(others)}); pass --ignore-timing to compare anyway")
     ids = [r.run_id for r in runs]
     query = ("SELECT suite, case_id, dtype, impl, kind, status, median_us, p10_us, p90_us, bytes_total, params, "
              f"pct_copy FROM results WHERE run_id IN ({','.join('?' * len(ids))})")

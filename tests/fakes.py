@@ -24,7 +24,12 @@ class FakeTimer:
             fn()
             self.calls += 1
         samples = list(self.samples) if self.samples else [self.us * f for f in (0.99, 1.0, 1.0, 1.01, 1.0)]
-        return Measurement(mode, samples, summarize(samples, True))
+        return Measurement(mode, samples, summarize(samples, True), detail=cold_detail(mode))
+
+
+def cold_detail(mode: str) -> dict | None:
+    """What a real cold measurement's detail always holds: the write-back charged (none here)."""
+    return {"writeback_us": 0.0} if mode == "cold" else None
 
 
 def cpu_session(us: float = 10.0, samples=None, seed: int = 0) -> Session:

@@ -18,6 +18,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from fakes import cold_detail
+
 import bwbench.device
 import bwbench.discovery
 import bwbench.runner
@@ -58,7 +60,7 @@ class FakeTimer:
         FakeTimer.measured += 1
         us = FakeTimer.last_us
         samples = [us * (1 + 0.0001 * (k - 10)) for k in range(21)]
-        return Measurement(mode, samples, summarize(samples, True))
+        return Measurement(mode, samples, summarize(samples, True), detail=cold_detail(mode))
 
 
 def fake_copy_ceiling(timer, nbytes, mode="cold", **_kwargs) -> CopyCeiling:
@@ -67,7 +69,7 @@ def fake_copy_ceiling(timer, nbytes, mode="cold", **_kwargs) -> CopyCeiling:
     samples = [median] * 21
     FakeTimer.copies = getattr(FakeTimer, "copies", 0) + 1
     return CopyCeiling(nbytes, COPY_GBPS, "memcpy", {"memcpy": COPY_GBPS},
-                       Measurement(mode, samples, summarize(samples, True)))
+                       Measurement(mode, samples, summarize(samples, True), detail=cold_detail(mode)))
 
 
 class FakeTelemetry:
@@ -208,11 +210,13 @@ def test_bytes_to_gbps_to_pct_copy_to_pct_peak_on_a_known_record(fake_gpu, tmp_p
 
 
 # --- gates ---------------------------------------------------------------------------------------
-def baseline_file(tmp_path, gbps: float, gpu: str = GPU_NAME, complete: bool = True, name="base.json"):
+def baseline_file(tmp_path, gbps: float, gpu: str = GPU_NAME, complete: bool = True, name="base.json",
+                  charged: bool = True):
     samples = [8 * N / (gbps * 1e9) * 1e6 * (1 + 0.0001 * (k - 10)) for k in range(21)]
     record = Record(suite="scale", case=f"n={N}", params={"n": N}, dtype="float32", impl="good", kind="torch",
                     status="ok", bytes_read=4 * N, bytes_written=4 * N, bytes_total=8 * N, timing="cold",
-                    stats=summarize(samples, True).to_dict(), samples_us=samples, gbps=gbps)
+                    stats=summarize(samples, True).to_dict(), samples_us=samples, gbps=gbps, timer="events",
+                    timer_detail={"writeback_us": 0.0} if charged else None)
     doc = RunDocument(environment={"gpu_name": gpu}, options={}, suites={}, records=[record])
     folder = tmp_path / "baselines"
     writer = ResultsWriter(folder / name, doc)
@@ -243,6 +247,20 @@ def test_run_baseline_from_another_gpu_exits_2_before_the_sweep(fake_gpu, tmp_pa
     result = run(tmp_path, "--impl", "good", "--baseline", str(base))
     assert result.exit_code == 2 and "A100" in result.output
     assert FakeTimer.copies == 0 and FakeTimer.measured == 0, "nothing was timed"
+    assert not list(tmp_path.glob("*.json*"))
+
+
+@pytest.mark.parametrize("timer", ["events", "auto"])
+def test_run_baseline_timed_otherwise_exits_2_before_the_sweep(fake_gpu, tmp_path, timer):
+    """A baseline without the write-back charge would make every small case look slower: refused,
+    before any sampling (with --timer auto, once the clock is chosen), and no results file is made."""
+    base = baseline_file(tmp_path, current_gbps(), charged=False)
+    result = run(tmp_path, "--impl", "good", "--baseline", str(base), "--timer", timer)
+    assert result.exit_code == 2, result.output
+    assert "no write-back charge" in result.output and "not comparable" in result.output
+    assert FakeTimer.measured == 0
+    if timer == "events":
+        assert FakeTimer.copies == 0, "refused before the device copy was measured"
     assert not list(tmp_path.glob("*.json*"))
 
 
