@@ -7,7 +7,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "reports" / "reference"
 DOCS = [REPO / "README.md", REPO / "reports" / "README.md", REFERENCE / "README.md",
-        *sorted((REPO / "docs").glob("*.md"))]
+        *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs").glob("*.yml"))]
 REPO_PATH = re.compile(r"(?<![\w./-])((?:bwbench|suites|kernels|docs|tools|tests|examples|scripts|notes|reports/reference)/[\w.*/-]*[\w*])")
 
 
