@@ -687,6 +687,7 @@ def history(
         from rich.text import Text
 
         from .history import cell_text, short_commit, trend_rows, write_trend_html
+        from .method import short_method
         from .store import DEFAULT_STORE, StoreError, known_values, query_trend
 
         target = store or DEFAULT_STORE
@@ -705,12 +706,16 @@ def history(
             (f" · {dtype}" if dtype else "") + (f" · {gpu}" if gpu else "")
         table = Table(title=Text(f"{selection}: GB/s (% of copy)" + (", geometric mean over cases (×N)" if several else "")),
                       title_justify="left")
-        for col in ("date", "commit", "GPU", *impls):
+        for col in ("date", "commit", "GPU", "timed", *impls):
             table.add_column(Text(col), justify="right" if col in impls else "left")
         for r in rows:
             table.add_row(Text((r.created or "—")[:16]), Text(short_commit(r.git_commit)), Text(r.gpu_name or "—"),
-                          *(Text(cell_text(r.cells.get(i), several)) for i in impls))
+                          Text(short_method(r.timing)), *(Text(cell_text(r.cells.get(i), several)) for i in impls))
         console.print(table)
+        if len({r.timing for r in rows}) > 1:
+            console.print("these runs were timed differently (timed: +wb = write-back charged, README's \"Reading "
+                          "the numbers\"): a step where that changes is the method's, not the kernels'",
+                          markup=False, soft_wrap=True)
         if output is not None:
             require_plotly()
             kinds = {p.impl: p.kind or "" for p in points}

@@ -35,6 +35,8 @@ class TrendRow:
     git_commit: str | None
     gpu_name: str | None
     cells: dict[str, TrendCell]
+    timing: str | None = None
+    """How the run was timed (bwbench.method): a step in a trend where it changes is the method's."""
 
 
 def trend_rows(points: Sequence[TrendPoint]) -> tuple[list[TrendRow], list[str]]:
@@ -56,7 +58,7 @@ def trend_rows(points: Sequence[TrendPoint]) -> tuple[list[TrendRow], list[str]]
             cells[impl] = TrendCell(geometric_mean(p.gbps for p in ok), geometric_mean(pct), len(ok),
                                     sum(p.status == "failed" for p in mine))
         first = found[0]
-        rows.append(TrendRow(run_id, first.created, first.git_commit, first.gpu_name, cells))
+        rows.append(TrendRow(run_id, first.created, first.git_commit, first.gpu_name, cells, first.timing))
     rows.sort(key=lambda r: (r.created or "", r.run_id))
     return rows, impls
 

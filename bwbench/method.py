@@ -43,3 +43,10 @@ def method_mismatch(baseline: str | None, current: str | None) -> str | None:
     if baseline is None or current is None or baseline == current:
         return None
     return f"the baseline was timed {baseline} and the current run {current}: their small cases are not comparable"
+
+
+def short_method(method: str | None) -> str:
+    """A table cell: "cold cupti +wb", "cold events", "hot events"; "—" when not known."""
+    if not method:
+        return "—"
+    return method.replace(f", {CHARGED}", " +wb").replace(f", {UNCHARGED}", "").replace(", ", " ")

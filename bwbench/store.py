@@ -120,6 +120,8 @@ class TrendPoint:
     pct_copy: float | None
     params: dict[str, Any]
     kind: str | None = None
+    timing: str | None = None
+    """How the run was timed (bwbench.method); None for runs stored before it was kept."""
 
 
 def connect(store_path: str | Path, create: bool = True) -> sqlite3.Connection:
@@ -257,7 +259,7 @@ def query_trend(store_path: str | Path, suite: str, cases: Sequence[str] = (), i
     """The stored records of a suite, oldest run first; cases as ids ('rows=4096,cols=1024') or as
     axis selections ('cols=1024': every case whose cols is 1024)."""
     query = ("SELECT s.run_id, r.created, r.git_commit, r.gpu_name, r.gpu_uuid, s.suite, s.case_id, s.dtype, s.impl, "
-             "s.status, s.gbps, s.median_us, s.pct_copy, s.params, s.kind FROM results s JOIN runs r USING (run_id) "
+             "s.status, s.gbps, s.median_us, s.pct_copy, s.params, s.kind, r.timing FROM results s JOIN runs r USING (run_id) "
              "WHERE s.suite = ?")
     args: list[Any] = [suite]
     for column, values in (("s.impl", impls), ("s.dtype", dtypes)):
@@ -270,7 +272,7 @@ def query_trend(store_path: str | Path, suite: str, cases: Sequence[str] = (), i
     query += " ORDER BY r.created, r.added, s.case_id, s.impl"
     with closing(connect(store_path, create=False)) as conn:
         rows = list(conn.execute(query, args))
-    points = [TrendPoint(*row[:13], params=_params(row[13]), kind=row[14]) for row in rows]
+    points = [TrendPoint(*row[:13], params=_params(row[13]), kind=row[14], timing=row[15]) for row in rows]
     return [p for p in points if not cases or any(case_matches(p, c) for c in cases)]
 
 

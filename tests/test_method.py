@@ -100,3 +100,18 @@ def test_a_stored_baseline_takes_only_runs_timed_like_the_current_one(tmp_path):
     ResultsWriter(current, document(copy.deepcopy(record(us=10.0)), created="2026-11-22T10:00:00+00:00")).finish()
     judged = CliRunner().invoke(app, ["compare", "--against-store", str(current), "--store", str(db)])
     assert judged.exit_code == 0 and "median of 1 stored runs" in judged.output, judged.output
+
+
+def test_history_says_how_each_run_was_timed_and_warns_where_it_changed(tmp_path):
+    from bwbench.method import short_method
+
+    db = tmp_path / "h.sqlite"
+    store.add_document(document(record(charged=False, timer="events", us=20.0), created="2026-11-20T10:00:00+00:00"),
+                       db)
+    one = CliRunner().invoke(app, ["history", "s", "--store", str(db)], terminal_width=200)
+    assert one.exit_code == 0 and "cold events" in one.output and "timed differently" not in one.output, one.output
+    store.add_document(document(record(us=10.0), created="2026-11-21T10:00:00+00:00"), db)
+    both = CliRunner().invoke(app, ["history", "s", "--store", str(db)], terminal_width=200)
+    assert both.exit_code == 0, both.output
+    assert "cold cupti +wb" in both.output and "timed differently" in both.output
+    assert short_method(None) == "—" and short_method("hot, events") == "hot events"
