@@ -34,7 +34,8 @@ def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | N
     in the same call through the same timer, so `pct_copy` is the headline ratio `run` reports.
     timer: "events" (CUDA events around each call), "cupti" (kernel times from CUPTI's activity
     records) or "auto" (CUPTI where it traces, else events), as `bwbench run --timer`.
-    Returns a BenchResult: median_us, gbps, pct_copy, copy_gbps, samples_us and the statistics.
+    Returns a BenchResult: median_us, gbps, pct_copy, copy_gbps, samples_us and the statistics,
+    and (cold) writeback_us, the part of median_us that is its writes reaching DRAM after it.
     """
     import torch
 

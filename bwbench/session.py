@@ -81,6 +81,9 @@ class BenchResult:
     pct_peak: float | None = None
     disturbed: bool = False
     """The samples were disturbed (see stats.disturbance): re-measure before trusting or gating."""
+    writeback_us: float | None = None
+    """Cold only: the part of median_us that is the call's writes, still in L2 when its kernels
+    ended, reaching DRAM (see timing.WriteBack)."""
 
     def __str__(self) -> str:
         copy = f", {self.pct_copy:.1f}% of copy ({self.copy_gbps:,.0f} GB/s)" if self.pct_copy is not None else ""
@@ -204,4 +207,5 @@ class Session:
                            copy_gbps=ceiling.gbps, bytes=int(nbytes), mode=m.mode,
                            samples_us=list(m.samples_us), stats=m.stats,
                            pct_peak=100.0 * gbps / self.peak_gbps if self.peak_gbps else None,
-                           disturbed=disturbance(m.stats) is not None)
+                           disturbed=disturbance(m.stats) is not None,
+                           writeback_us=(m.detail or {}).get("writeback_us"))
