@@ -15,14 +15,19 @@ CHARGED = "write-back charged"
 UNCHARGED = "no write-back charge"
 
 
+def describe(timing: str, timer: str, charged: bool) -> str:
+    """"cold, cupti, write-back charged", "hot, events", …: hot samples are always timed with
+    events and carry no charge (graph replays pay each other's write-back)."""
+    if timing == "hot":
+        return "hot, events"
+    return f"{timing}, {timer}, {CHARGED if charged else UNCHARGED}"
+
+
 def record_method(record: Record) -> str | None:
-    """"cold, cupti, write-back charged", "hot, events", …; None for a record that was not timed."""
+    """How a record was timed (`describe`); None for a record that was not timed."""
     if record.status != "ok" or not record.timing:
         return None
-    if record.timing == "hot":
-        return "hot, events"
-    charge = CHARGED if "writeback_us" in (record.timer_detail or {}) else UNCHARGED
-    return f"{record.timing}, {record.timer or 'events'}, {charge}"
+    return describe(record.timing, record.timer or "events", "writeback_us" in (record.timer_detail or {}))
 
 
 def run_method(document: RunDocument) -> str | None:
@@ -34,7 +39,7 @@ def run_method(document: RunDocument) -> str | None:
 
 def planned_method(timing: str, timer: str) -> str:
     """The method a run about to start will record, `timer` being the clock its cold samples use."""
-    return "hot, events" if timing == "hot" else f"cold, {timer}, {CHARGED}"
+    return describe(timing, timer, charged=True)
 
 
 def method_mismatch(baseline: str | None, current: str | None) -> str | None:
