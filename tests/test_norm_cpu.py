@@ -329,7 +329,9 @@ def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
         for c in configs:  # the row as stored (4 registers a pack), and the spare
             assert c.packs_per_thread * 4 + norm.SPAN_ROWS_SPARE <= min(255, 65536 // c.block)
             assert c.width == c.block or (c.width <= 32 and c.block % c.width == 0)
-            assert c.rows_per_block == c.block // c.width and c.slots == c.packs_per_thread * c.width
+            assert c.rows_per_block == c.block // c.width
+            assert c.slots == c.packs_per_thread * c.width + c.tail_packs
+            assert c.tail_packs in (0, 1) and (c.tail_packs == 0 or c.width == c.block)  # a tail: a block a row
         for ctype in ("half_t", "bf16_t", "float"):
             pack = norm.full_pack(ctype)
             longest = norm.span_rows_max_cols(ctype, rms)
@@ -337,20 +339,32 @@ def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
                 found = norm.span_rows_candidates(cols, ctype, rms)
                 assert found, (ctype, rms, cols)
                 need = norm.span_packs_max(cols, pack)
-                assert len(found) <= norm.SPAN_ROWS_CANDIDATES
+                assert len(found) <= norm.SPAN_ROWS_CANDIDATES + 1 and sum(c.tail_packs for c in found) <= 1
                 assert all(c.slots >= need for c in found)  # the span at its worst offset fits
                 # nothing declared fits the span in fewer slots than the first candidate
                 assert all(c.slots >= found[0].slots for c in configs if c.slots >= need)
+                # a tail only where the shape without it does not hold the span
+                assert all(c.packs_per_thread * c.width < need for c in found if c.tail_packs)
             assert norm.span_rows_candidates(longest + 1, ctype, rms) == []
             # the worst offset: a row starting one element into a pack spans exactly that many packs
             assert norm.span_packs_max(longest, pack) == max(c.slots for c in configs)
 
 
 def test_span_rows_fit_odd_widths_tightly():
-    # 1023 half columns span up to 129 packs: 5 packs x 32 threads (160 slots), not 8 x 32 (256)
-    first = norm.span_rows_candidates(1023, "half_t", False)[0]
-    assert (first.packs_per_thread, first.width, first.block) == (5, 32, 32)
+    # 1023 half columns span up to 129 packs: 4 packs x 32 threads and a tail pack (129 slots), then
+    # 5 x 32 (160), not 8 x 32 (256)
+    first, second, third = norm.span_rows_candidates(1023, "half_t", False)
+    assert (first.packs_per_thread, first.width, first.block, first.tail_packs) == (4, 32, 32, 1)
+    assert first.name("half_t", False) == "norm_span_rows<half_t, false, 4, 32, 32, 1>"
+    assert (second.packs_per_thread, second.width, second.block, second.tail_packs) == (5, 32, 32, 0)
+    assert second.name("half_t", False) == "norm_span_rows<half_t, false, 5, 32, 32>"
+    assert third.tail_packs == 0 and third.slots > second.slots
+    # 12289 half columns (1537 packs): the tail shape 6 x 256 + 1 joins 8 x 256 and 4 x 512
+    shapes = [(c.packs_per_thread, c.block, c.tail_packs) for c in norm.span_rows_candidates(12289, "half_t", False)]
+    assert shapes == [(6, 256, 1), (8, 256, 0), (4, 512, 0)]
     assert norm.span_packs_max(1023, 8) == 129
+    # 1000 half columns span at most 126 packs: 4 x 32 holds them, no tail
+    assert all(c.tail_packs == 0 for c in norm.span_rows_candidates(1000, "half_t", False))
     # 129 half columns span up to 18 packs: groups of 4 lanes of 5 packs, 32 rows a block
     first = norm.span_rows_candidates(129, "half_t", True)[0]
     assert (first.packs_per_thread, first.width, first.block) == (5, 4, norm.SPAN_ROWS_GROUP_BLOCK)
