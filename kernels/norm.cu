@@ -1103,10 +1103,11 @@ constexpr int span_min_blocks(bool rms, int packs, int width, int block) {
     return blocks < 1 ? 1 : (blocks > most ? most : blocks);
 }
 
-// X = 1 (a block a row only): the row spans up to P x W + 1 packs, the last one moved as single
-// elements by the first N threads (one element each) instead of a whole pack slot more a thread.
-// Rows one pack longer than a power of two of packs (1023 and 1025 half columns span 129 packs)
-// then take P = 4 (128 slots and the tail element by element) where they took P = 5, whose fifth
+// X = 1 (a block a row only): the slots hold only the row's whole packs, up to P x W of them, and
+// the elements before and after them (at most 2N - 2) are moved one a thread by the first
+// threads of the row. Every pack then takes the same arithmetic with no edge tests, LayerNorm
+// needs no neutral values, and rows one pack past a power of two of packs (1023 and 1025 half
+// columns span 129 packs, of which 127 or 128 whole) take P = 4 where they took P = 5, whose fifth
 // slot every thread paid for in both passes while one thread filled it (Nsight Compute, H100,
 // LayerNorm 1023 half columns: about 900 instructions a row, against 366 for 1024 columns).
 template <typename T, bool kRms, int P, int W, int B, int X = 0>
@@ -1178,18 +1179,22 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         const T* xr = x + static_cast<i64>(row) * cols;
         const int lead = bw::tile::phase_of(xr);
         const int span = live ? (lead + cols + N - 1) / N : 0;
+        // The packs the slots hold: [k_first, k_end) of the span (X: its whole packs only).
+        const int k_first = X > 0 && lead > 0 ? 1 : 0;
+        const int k_end = X > 0 ? max((lead + cols) / N, k_first) : span;
         const PackT* xs = reinterpret_cast<const PackT*>(xr - lead);
         PackT raw[P];
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-            const int k = t + p * W;
-            if (k < span) raw[p] = xs[k];
+            const int k = k_first + t + p * W;
+            if (k < k_end) raw[p] = xs[k];
         }
-        // X: the row's elements past the slots' packs, one a thread (at most N).
-        const int tail_first = P * W * N - lead;  // the first element past the slots
-        const int tail_col = tail_first + t;
-        const bool has_tail = X > 0 && t < N && tail_col < cols;
-        const T tail = has_tail ? xr[tail_col] : bw::from_float<T>(zero);
+        // X: the row's elements outside its whole packs, one a thread: `head` before them, then
+        // those after them.
+        const int head = X > 0 ? min(k_first * N - lead, cols) : 0;
+        const int single_col = t < head ? t : t - head + k_end * N - lead;
+        const bool has_single = X > 0 && single_col < cols;
+        const T single = has_single ? xr[single_col] : bw::from_float<T>(zero);
         if constexpr (W == B) {
             if (lead != held_lead) {  // uniform over the block
                 __syncthreads();  // every thread is done with the previous lead's parameters
@@ -1205,7 +1210,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
         // instructions (LayerNorm 3-6 points of copy at odd widths, H100). RMSNorm, one pass, keeps
         // the tests: there the uniform passes cost it 3-5 points at 1023-4097 columns.
         const float k = kRms ? 0.0f : (live ? normk::row_shift(xr, cols) : 0.0f);
-        if constexpr (!kRms) {
+        if constexpr (!kRms && X == 0) {
             const T neutral = bw::from_float<T>(k);  // K is a T value: exact
 #pragma unroll
             for (int p = 0; p < P; ++p) {
@@ -1215,9 +1220,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 }
             }
         }
-        // Elements of the slots' packs outside the row (LayerNorm's neutral values of K).
-        const int slot_packs = X > 0 ? min(span, P * W) : span;
-        const int neutrals = slot_packs * N - min(cols, slot_packs * N - lead);
+        const int neutrals = X > 0 ? 0 : span * N - cols;  // LayerNorm's values of K in the edge packs
         // Calls f(v) for every element of the row this thread holds (LayerNorm: the neutral ones
         // too). LayerNorm converts the packs again each pass: kept as floats across passes, they
         // took up to 50 more registers.
@@ -1225,12 +1228,12 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             if constexpr (!kRms) normk::opaque(raw);
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-                const int kp = t + p * W;
-                if (kp >= span) continue;
+                const int kp = k_first + t + p * W;
+                if (kp >= k_end) continue;
                 const int first = kp * N - lead;
                 float v[N];
                 normk::to_floats(raw[p], v);
-                if (!kRms || (first >= 0 && first + N <= cols)) {
+                if (!kRms || X > 0 || (first >= 0 && first + N <= cols)) {
 #pragma unroll
                     for (int j = 0; j < N; ++j) f(v[j]);
                 } else {
@@ -1241,7 +1244,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 }
             }
             if constexpr (X > 0) {
-                if (has_tail) f(bw::to_float(tail));
+                if (has_single) f(bw::to_float(single));
             }
         };
         float mean = 0.0f, rstd, shift = k;  // y is formed from x - shift (LayerNorm)
@@ -1271,8 +1274,8 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             constexpr bool kFold = decltype(fold)::value;
 #pragma unroll
             for (int p = 0; p < P; ++p) {
-                const int kp = t + p * W;
-                if (kp >= span) continue;
+                const int kp = k_first + t + p * W;
+                if (kp >= k_end) continue;
                 const int first = kp * N - lead;
                 float f[N], g[N], b[N];
                 normk::to_floats(raw[p], f);
@@ -1289,7 +1292,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                     }
                 }
                 if constexpr (kRms) {
-                    if (first >= 0 && first + N <= cols) {
+                    if (X > 0 || (first >= 0 && first + N <= cols)) {
                         normk::store_normalized<T, kRms, N>(reinterpret_cast<T*>(ys + kp), f, rstd, offset, g, b);
                     } else {  // an edge pack: only this row's elements
 #pragma unroll
@@ -1304,7 +1307,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                     }
                     float out[N];
                     normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
-                    if (first >= 0 && first + N <= cols) {
+                    if (X > 0 || (first >= 0 && first + N <= cols)) {
                         normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + kp));
                     } else {  // an edge pack: only this row's elements
 #pragma unroll
@@ -1315,17 +1318,17 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
                 }
             }
             if constexpr (X > 0) {  // the same arithmetic as normalize's, for one element
-                if (has_tail) {
-                    const T* gs = reinterpret_cast<const T*>(g_shared);
+                if (has_single) {
+                    const T* gs = reinterpret_cast<const T*>(g_shared);  // shifted by `lead`
                     const T* bs = reinterpret_cast<const T*>(b_shared);
-                    float v = bw::to_float(tail);
-                    const float g = bw::to_float(gs[P * W * N + t]);
+                    float v = bw::to_float(single);
+                    const float g = bw::to_float(gs[single_col + lead]);
                     if constexpr (kRms) {
-                        yr[tail_col] = bw::from_float<T>(v * rstd * g);
+                        yr[single_col] = bw::from_float<T>(v * rstd * g);
                     } else {
                         if constexpr (!kFold) v -= shift;
-                        const float out = fmaf(fmaf(v, rstd, kFold ? folded : offset), g, bw::to_float(bs[P * W * N + t]));
-                        yr[tail_col] = bw::from_float<T>(out);
+                        const float out = fmaf(fmaf(v, rstd, kFold ? folded : offset), g, bw::to_float(bs[single_col + lead]));
+                        yr[single_col] = bw::from_float<T>(out);
                     }
                 }
             }

@@ -226,7 +226,7 @@ def test_span_rows_compiles_to_wide_accesses(tmp_path: Path) -> None:
     counts = global_accesses((tmp_path / "out.ptx").read_text())
     assert len(counts) == len(names)
     for entry, c in counts.items():
-        packs = int(re.search(r"Li(\d+)ELi\d+ELi\d+EEv", entry).group(1))
+        packs = int(re.search(r"norm_span_rowsI\w+?Lb[01]ELi(\d+)ELi", entry).group(1))
         assert c["ld128"] >= packs and c["st128"] >= packs, f"{entry}: {c}"
 
 

@@ -321,6 +321,11 @@ def test_forced_tile_tier_needs_lined_up_packs():
         norm.plan(33, "float", True, 1, gpu, limit, tier="span")
 
 
+def whole_packs_at(cols: int, lead: int, pack: int) -> int:
+    """Whole packs of a row of `cols` that starts `lead` elements into a pack."""
+    return max((lead + cols) // pack - (1 if lead else 0), 0)
+
+
 def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
     for rms in (False, True):
         configs = norm.span_rows_configs(rms)
@@ -329,42 +334,50 @@ def test_span_rows_instantiations_fit_their_registers_and_cover_their_rows():
         for c in configs:  # the row as stored (4 registers a pack), and the spare
             assert c.packs_per_thread * 4 + norm.SPAN_ROWS_SPARE <= min(255, 65536 // c.block)
             assert c.width == c.block or (c.width <= 32 and c.block % c.width == 0)
-            assert c.rows_per_block == c.block // c.width
-            assert c.slots == c.packs_per_thread * c.width + c.tail_packs
-            assert c.tail_packs in (0, 1) and (c.tail_packs == 0 or c.width == c.block)  # a tail: a block a row
+            assert c.rows_per_block == c.block // c.width and c.slots == c.packs_per_thread * c.width
+            assert not c.whole_packs or c.width == c.block  # whole packs: a block a row
+            for pack in (4, 8):
+                longest = c.max_cols(pack)
+                if c.whole_packs:  # at every offset the whole packs fit the slots, one more does not
+                    assert max(whole_packs_at(longest, lead, pack) for lead in range(pack)) == c.slots
+                    assert max(whole_packs_at(longest + 1, lead, pack) for lead in range(pack)) == c.slots + 1
+                    # the elements around them, one a thread, at most 2 x (pack - 1)
+                    assert all(longest - whole_packs_at(longest, lead, pack) * pack <= 2 * pack - 2 <= c.width
+                               for lead in range(pack))
+                else:  # the span at its worst offset fits the slots
+                    assert norm.span_packs_max(longest, pack) == c.slots
+                    assert norm.span_packs_max(longest + 1, pack) == c.slots + 1
         for ctype in ("half_t", "bf16_t", "float"):
             pack = norm.full_pack(ctype)
             longest = norm.span_rows_max_cols(ctype, rms)
             for cols in [c for c in (1, 7, 31, 33, 129, 197, 577, 1023, 1025, 4097, 12289) if c < longest] + [longest]:
                 found = norm.span_rows_candidates(cols, ctype, rms)
                 assert found, (ctype, rms, cols)
-                need = norm.span_packs_max(cols, pack)
-                assert len(found) <= norm.SPAN_ROWS_CANDIDATES + 1 and sum(c.tail_packs for c in found) <= 1
-                assert all(c.slots >= need for c in found)  # the span at its worst offset fits
-                # nothing declared fits the span in fewer slots than the first candidate
-                assert all(c.slots >= found[0].slots for c in configs if c.slots >= need)
-                # a tail only where the shape without it does not hold the span
-                assert all(c.packs_per_thread * c.width < need for c in found if c.tail_packs)
+                assert len(found) <= norm.SPAN_ROWS_CANDIDATES + 1 and sum(c.whole_packs for c in found) <= 1
+                assert all(c.max_cols(pack) >= cols for c in found)
+                # nothing declared holds the row in fewer columns than the first candidate
+                assert all(c.max_cols(pack) >= found[0].max_cols(pack) for c in configs if c.max_cols(pack) >= cols)
+                spans = [c for c in found if not c.whole_packs]
+                assert all(c.max_cols(pack) <= spans[0].max_cols(pack) for c in found if c.whole_packs)
             assert norm.span_rows_candidates(longest + 1, ctype, rms) == []
-            # the worst offset: a row starting one element into a pack spans exactly that many packs
-            assert norm.span_packs_max(longest, pack) == max(c.slots for c in configs)
+            assert longest == max(c.max_cols(pack) for c in configs)
 
 
 def test_span_rows_fit_odd_widths_tightly():
-    # 1023 half columns span up to 129 packs: 4 packs x 32 threads and a tail pack (129 slots), then
-    # 5 x 32 (160), not 8 x 32 (256)
+    # 1023 half columns span up to 129 packs, 127 or 128 of them whole: 4 packs x 32 threads of
+    # whole packs, then spans of 5 x 32 (160 slots) and 6 x 32, not 8 x 32 (256)
     first, second, third = norm.span_rows_candidates(1023, "half_t", False)
-    assert (first.packs_per_thread, first.width, first.block, first.tail_packs) == (4, 32, 32, 1)
+    assert (first.packs_per_thread, first.width, first.block, first.whole_packs) == (4, 32, 32, True)
     assert first.name("half_t", False) == "norm_span_rows<half_t, false, 4, 32, 32, 1>"
-    assert (second.packs_per_thread, second.width, second.block, second.tail_packs) == (5, 32, 32, 0)
+    assert (second.packs_per_thread, second.width, second.block, second.whole_packs) == (5, 32, 32, False)
     assert second.name("half_t", False) == "norm_span_rows<half_t, false, 5, 32, 32>"
-    assert third.tail_packs == 0 and third.slots > second.slots
-    # 12289 half columns (1537 packs): the tail shape 6 x 256 + 1 joins 8 x 256 and 4 x 512
-    shapes = [(c.packs_per_thread, c.block, c.tail_packs) for c in norm.span_rows_candidates(12289, "half_t", False)]
-    assert shapes == [(6, 256, 1), (8, 256, 0), (4, 512, 0)]
-    assert norm.span_packs_max(1023, 8) == 129
-    # 1000 half columns span at most 126 packs: 4 x 32 holds them, no tail
-    assert all(c.tail_packs == 0 for c in norm.span_rows_candidates(1000, "half_t", False))
+    assert not third.whole_packs and third.slots > second.slots
+    assert norm.span_packs_max(1023, 8) == 129 and {whole_packs_at(1023, lead, 8) for lead in range(8)} == {127}
+    # 12289 half columns (1537 packs): 6 x 256 of whole packs joins 8 x 256 and 4 x 512
+    shapes = [(c.packs_per_thread, c.block, c.whole_packs) for c in norm.span_rows_candidates(12289, "half_t", False)]
+    assert shapes == [(6, 256, True), (8, 256, False), (4, 512, False)]
+    # 1001 half columns: 4 x 32 holds the span; whole packs would hold no shorter a row
+    assert not any(c.whole_packs for c in norm.span_rows_candidates(1001, "half_t", False))
     # 129 half columns span up to 18 packs: groups of 4 lanes of 5 packs, 32 rows a block
     first = norm.span_rows_candidates(129, "half_t", True)[0]
     assert (first.packs_per_thread, first.width, first.block) == (5, 4, norm.SPAN_ROWS_GROUP_BLOCK)

@@ -441,9 +441,10 @@ def test_every_span_rows_instantiation(dtype, rms):
     pack = norm.full_pack(ctype)
     module = loader.load(norm.OPTIMIZED[(ctype, rms)])
     for config in norm.span_rows_configs(rms):
-        longest = config.slots * pack - pack + 1
+        longest = config.max_cols(pack)
         many = 3 * config.rows_per_block + 1  # several rows a group, the last block's groups partly idle
         for rows, cols, cancel in [(5, longest, False), (9, longest - 2, True), (many, longest - pack + 1, False),
+                                   (11, pack + 1, False), (7, 2 * pack - 1, True),
                                    (many, config.slots * pack // 2 + 3, "far"), (4, 1, False), (13, 3, False)]:
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
             chosen = norm.NormPlan("span_rows", config.name(ctype, rms), pack, config.block,

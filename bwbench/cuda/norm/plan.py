@@ -105,10 +105,11 @@ packs), which powers of two alone fit at half their slots; the unrolled empty sl
 instructions (Nsight Compute, H200, LayerNorm 1023: 8 packs x 32 threads issued 70% more
 instructions than RMSNorm's kernel of the same shape). 5 x 32 holds those 129 packs in 160 slots."""
 
-SPAN_ROWS_TAIL_PACKS = (4, 6)
-"""P of the block-a-row shapes also built with one pack more, moved as single elements (X = 1 in
-kernels/norm.cu): a row one pack past P x B packs (1023 and 1025 half columns span 129) takes P x B
-slots and a tail, where a whole slot more a thread had cost every thread that slot's arithmetic."""
+SPAN_ROWS_WHOLE_PACKS = (4, 6)
+"""P of the block-a-row shapes also built to hold only a row's whole packs, the elements before
+and after them moved one a thread (X = 1 in kernels/norm.cu): no edge arithmetic in the packs, and
+a row one pack past P x B packs (1023 and 1025 half columns span 129, 127-128 of them whole) takes
+P x B slots, where a whole slot more a thread had cost every thread that slot's arithmetic."""
 
 SPAN_ROWS_GROUP_WIDTHS = (2, 4, 8, 16)
 SPAN_ROWS_GROUP_PACKS = (3, 4, 5)
@@ -117,7 +118,7 @@ SPAN_ROWS_GROUP_BLOCK = 128
 P packs a lane, SPAN_ROWS_GROUP_BLOCK threads a block."""
 
 SPAN_ROWS_CANDIDATES = 2
-"""The tightest-fitting norm_span_rows shapes timed on first use (besides one with a tail pack)."""
+"""The tightest-fitting norm_span_rows shapes timed on first use (and the tightest of whole packs)."""
 
 STORAGE_TYPES = ("half_t", "bf16_t", "float")
 ITEMSIZE = {"half_t": 2, "bf16_t": 2, "float": 4}
@@ -330,25 +331,30 @@ def rows_candidates(packs: int, ctype: str, rms: bool) -> list[RowsConfig]:
 @dataclass(frozen=True)
 class SpanRowsConfig:
     """Template arguments of norm_span_rows: packs a thread P, threads a row W, threads B, and X
-    (1: one pack more, as single elements)."""
+    (whole_packs: the slots hold the row's whole packs, its other elements move one a thread)."""
 
     packs_per_thread: int
     width: int
     block: int
-    tail_packs: int = 0
+    whole_packs: bool = False
 
     @property
     def slots(self) -> int:
-        """Packs a row can span: P x W + X."""
-        return self.packs_per_thread * self.width + self.tail_packs
+        """Packs a row's threads hold: P x W."""
+        return self.packs_per_thread * self.width
+
+    def max_cols(self, pack: int) -> int:
+        """Longest row held at any offset within a pack: a span of `slots` packs, or (whole packs)
+        `slots` whole packs and a pack's worth less one around them."""
+        return self.slots * pack + pack - 1 if self.whole_packs else self.slots * pack - pack + 1
 
     @property
     def rows_per_block(self) -> int:
         return self.block // self.width
 
     def name(self, ctype: str, rms: bool) -> str:
-        tail = f", {self.tail_packs}" if self.tail_packs else ""
-        return f"norm_span_rows<{ctype}, {_cpp_bool(rms)}, {self.packs_per_thread}, {self.width}, {self.block}{tail}>"
+        whole = ", 1" if self.whole_packs else ""
+        return f"norm_span_rows<{ctype}, {_cpp_bool(rms)}, {self.packs_per_thread}, {self.width}, {self.block}{whole}>"
 
 
 SPAN_ROWS_SPARE = 64
@@ -361,7 +367,7 @@ def span_rows_configs(rms: bool) -> tuple[SpanRowsConfig, ...]:
     """Every norm_span_rows instantiation (the same for both modes): those whose row packs and
     SPAN_ROWS_SPARE fit the registers __launch_bounds__(B, 1) allows."""
     rows = [SpanRowsConfig(p, b, b) for p in SPAN_ROWS_PACKS for b in SPAN_ROWS_BLOCKS]
-    rows += [SpanRowsConfig(p, b, b, 1) for p in SPAN_ROWS_TAIL_PACKS for b in SPAN_ROWS_BLOCKS]
+    rows += [SpanRowsConfig(p, b, b, True) for p in SPAN_ROWS_WHOLE_PACKS for b in SPAN_ROWS_BLOCKS]
     groups = [SpanRowsConfig(p, w, SPAN_ROWS_GROUP_BLOCK) for p in SPAN_ROWS_GROUP_PACKS for w in SPAN_ROWS_GROUP_WIDTHS]
     return tuple(c for c in groups + rows if c.packs_per_thread * 4 <= min(255, 65536 // c.block) - SPAN_ROWS_SPARE)
 
@@ -373,9 +379,9 @@ def span_rows_smem_bytes(cols: int, ctype: str, rms: bool) -> int:
 
 
 def span_rows_max_cols(ctype: str, rms: bool) -> int:
-    """Longest row norm_span_rows holds at any offset (its largest P x B, less a pack's slack)."""
+    """Longest row norm_span_rows holds at any offset."""
     pack = full_pack(ctype)
-    return max(c.slots for c in span_rows_configs(rms)) * pack - pack + 1
+    return max(c.max_cols(pack) for c in span_rows_configs(rms))
 
 
 def span_packs_max(cols: int, pack: int) -> int:
@@ -385,16 +391,17 @@ def span_packs_max(cols: int, pack: int) -> int:
 
 def span_rows_candidates(cols: int, ctype: str, rms: bool) -> list[SpanRowsConfig]:
     """The SPAN_ROWS_CANDIDATES declared shapes whose P x W packs hold the row's span in the fewest
-    slots (more packs a thread first on a tie, then the smaller block), and the tightest shape with a
-    tail pack where the span needs one (a row one pack past P x W), fewest slots first. The tail
-    shapes join the others rather than displace them: at 4097-12289 half columns a shape of more
-    packs a thread, or of 512 threads, stayed ahead of them."""
-    need = span_packs_max(cols, full_pack(ctype))
-    order = lambda c: (c.slots, -c.packs_per_thread, c.block)  # noqa: E731
-    fits = sorted((c for c in span_rows_configs(rms) if c.slots >= need), key=order)
-    plain = [c for c in fits if not c.tail_packs][:SPAN_ROWS_CANDIDATES]
-    tails = [c for c in fits if c.tail_packs and c.slots - c.tail_packs < need][:1]
-    return sorted(tails + plain, key=order)
+    slots (more packs a thread first on a tie, then the smaller block), and the tightest shape of
+    whole packs where it holds the row in no more than the first of those; the shortest first. The
+    whole-pack shapes join the others rather than displace them: at 4097-12289 half columns a shape
+    of more packs a thread, or of 512 threads, stayed ahead of one of a slot more a thread's
+    elements."""
+    pack = full_pack(ctype)
+    order = lambda c: (c.max_cols(pack), -c.packs_per_thread, c.block)  # noqa: E731
+    fits = sorted((c for c in span_rows_configs(rms) if c.max_cols(pack) >= cols), key=order)
+    spans = [c for c in fits if not c.whole_packs][:SPAN_ROWS_CANDIDATES]
+    whole = [c for c in fits if c.whole_packs and (not spans or c.max_cols(pack) <= spans[0].max_cols(pack))][:1]
+    return sorted(whole + spans, key=order)
 
 
 def span_rows_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int) -> list["NormPlan"]:
