@@ -648,7 +648,7 @@ def row_shift(x: np.ndarray) -> np.ndarray:
 
 
 def span_rows_statistics(x: np.ndarray, lead: int, pack: int, lanes: int, eps: float, passes: str = "auto",
-                         correct: bool = True):
+                         correct: bool = True, whole: bool = False):
     """mean, rstd, the centered values and whether one pass sufficed, for every row of float32 x as
     norm_span_rows computes LayerNorm: the row sits `lead` elements into the aligned span of packs
     that covers it, and the span's elements outside the row (of the two edge packs) hold K
@@ -656,11 +656,17 @@ def span_rows_statistics(x: np.ndarray, lead: int, pack: int, lanes: int, eps: f
     butterfly sums the lanes. Where the mean of d squared is at most half the mean of d^2, var is
     their difference; elsewhere e = x - (K + mean') and e^2 summed the same way (less what each
     neutral value added, `correct`) give the variance and the mean about c (the corrected two-pass
-    form), and y is formed from x - c. passes="one" or "two" takes that path for every row."""
+    form), and y is formed from x - c. passes="one" or "two" takes that path for every row.
+    whole=True: the whole-pack shapes (X = 1): lane t sums only its whole packs of the row, then the
+    element around them that it holds (t < head: column t; after that, the columns past the whole
+    packs), and no value is neutral."""
     rows, cols = x.shape
     k = row_shift(x)
     span = -(-(lead + cols) // pack)
-    neutrals = span * pack - cols
+    first_pack = 1 if whole and lead else 0
+    end_pack = max((lead + cols) // pack, first_pack) if whole else span
+    head = min(first_pack * pack - lead, cols)
+    neutrals = 0 if whole else span * pack - cols
     padded = np.repeat(k[:, None], span * pack, axis=1)
     padded[:, lead:lead + cols] = x
     d = (padded - k[:, None]).astype(F32)  # the neutral ones exactly 0
@@ -669,10 +675,13 @@ def span_rows_statistics(x: np.ndarray, lead: int, pack: int, lanes: int, eps: f
         sums = []
         for lane in range(lanes):
             acc = np.zeros(rows, F32)
-            for p in range(lane, span, lanes):
-                for j in range(pack):
-                    v = values[:, p * pack + j]
-                    acc = _fma(v, v, acc) if squares else (acc + v).astype(F32)
+            held = [p * pack + j for p in range(first_pack + lane, end_pack, lanes) for j in range(pack)]
+            single = lane if lane < head else lane - head + end_pack * pack - lead
+            if whole and single < cols:
+                held.append(single + lead)
+            for i in held:
+                v = values[:, i]
+                acc = _fma(v, v, acc) if squares else (acc + v).astype(F32)
             sums.append(acc)
         return _xor_butterfly_sum(sums)
 
@@ -711,23 +720,26 @@ def _far_rows(rows: int, cols: int, seed: int) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("cols,pack,lanes", [(1023, 8, 32), (1025, 8, 32), (4097, 8, 128), (577, 8, 16),
-                                             (129, 8, 4), (1023, 4, 64)])
-def test_span_rows_statistics_in_one_pass_or_two(cols, pack, lanes):
+@pytest.mark.parametrize("cols,pack,lanes,whole", [(1023, 8, 32, False), (1025, 8, 32, False), (4097, 8, 128, False),
+                                                   (577, 8, 16, False), (129, 8, 4, False), (1023, 4, 64, False),
+                                                   (1023, 8, 32, True), (1025, 8, 32, True), (4097, 8, 128, True),
+                                                   (1023, 4, 64, True), (13, 8, 32, True)])
+def test_span_rows_statistics_in_one_pass_or_two(cols, pack, lanes, whole):
     """norm_span_rows' LayerNorm at every offset within a pack: one pass on rows of mean 1e4 and
     std 1 (K lands near the mean), as accurate as the other tiers; two on rows whose sampled
     elements are outliers, within the suite's tolerances where one pass alone is not (on long rows:
     the outliers' share of the variance, 8 / cols, bounds how much E[d^2] - E[d]^2 cancels). In the
-    second pass the neutral values' squares, uncorrected, would put rstd off too."""
+    second pass the neutral values' squares, uncorrected, would put rstd off too. The whole-pack
+    shapes (whole) the same, with the row's edge elements one a thread and no neutral values."""
     eps = 1e-5
     for lead in range(pack):
         x = _cancellation_rows(8, cols, seed=cols + lead)
-        mean, rstd, centered, exact = span_rows_statistics(x, lead, pack, lanes, eps)
+        mean, rstd, centered, exact = span_rows_statistics(x, lead, pack, lanes, eps, whole=whole)
         assert exact.all()
         _check_against_float64(x, mean, rstd, centered, eps)
         far = _far_rows(8, cols, seed=lead)
-        mean, rstd, centered, exact = span_rows_statistics(far, lead, pack, lanes, eps)
-        assert not exact.any()
+        mean, rstd, centered, exact = span_rows_statistics(far, lead, pack, lanes, eps, whole=whole)
+        assert exact.any() == (cols < 64)  # 8 outliers of 13 columns: the variance is theirs
         ref_mean, ref_var = far.astype(np.float64).mean(1), far.astype(np.float64).var(1)
         # The suite's tolerances (suites/layernorm.py): the second pass's correction gives the
         # mean the precision of the data, not of K.
@@ -736,10 +748,10 @@ def test_span_rows_statistics_in_one_pass_or_two(cols, pack, lanes):
         np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5, atol=0)
         _check_against_float64(far, mean, rstd, centered, eps)
         if cols > 4000:  # one pass's error grows with the row, the outliers' share of the variance falls
-            one_mean, one_rstd, _, _ = span_rows_statistics(far, lead, pack, lanes, eps, passes="one")
+            one_mean, one_rstd, _, _ = span_rows_statistics(far, lead, pack, lanes, eps, passes="one", whole=whole)
             assert not (np.allclose(one_mean, ref_mean, rtol=1e-5, atol=1e-6)
                         and np.allclose(one_rstd, ref_rstd, rtol=1e-5, atol=0))
-        if (-(-(lead + cols) // pack)) * pack > cols:  # a span with neutral values
+        if not whole and (-(-(lead + cols) // pack)) * pack > cols:  # a span with neutral values
             for rows in (x, far):
                 _, uncorrected, _, _ = span_rows_statistics(rows, lead, pack, lanes, eps, passes="two", correct=False)
                 ref = 1 / np.sqrt(rows.astype(np.float64).var(1) + eps)
