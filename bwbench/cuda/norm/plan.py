@@ -390,14 +390,16 @@ def span_packs_max(cols: int, pack: int) -> int:
 
 
 def span_rows_candidates(cols: int, ctype: str, rms: bool) -> list[SpanRowsConfig]:
-    """The SPAN_ROWS_CANDIDATES declared shapes whose P x W packs hold the row's span in the fewest
-    slots (more packs a thread first on a tie, then the smaller block), and the tightest shape of
-    whole packs where it holds the row in no more than the first of those; the shortest first. The
-    whole-pack shapes join the others rather than displace them: at 4097-12289 half columns a shape
-    of more packs a thread, or of 512 threads, stayed ahead of one of a slot more a thread's
-    elements."""
+    """The SPAN_ROWS_CANDIDATES tightest span shapes that hold the row (more packs a thread first on
+    a tie, then the smaller block), plus the tightest whole-pack shape where it is no longer than
+    the first of those; the tightest first. The whole-pack shape joins the span shapes rather than
+    replacing them: at 4097-12289 half columns a span shape (more packs a thread, or 512 threads)
+    stayed the faster."""
     pack = full_pack(ctype)
-    order = lambda c: (c.max_cols(pack), -c.packs_per_thread, c.block)  # noqa: E731
+
+    def order(c: SpanRowsConfig) -> tuple[int, int, int]:
+        return c.max_cols(pack), -c.packs_per_thread, c.block
+
     fits = sorted((c for c in span_rows_configs(rms) if c.max_cols(pack) >= cols), key=order)
     spans = [c for c in fits if not c.whole_packs][:SPAN_ROWS_CANDIDATES]
     whole = [c for c in fits if c.whole_packs and (not spans or c.max_cols(pack) <= spans[0].max_cols(pack))][:1]
