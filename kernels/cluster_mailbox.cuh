@@ -16,6 +16,13 @@
 // so the first row's loads overlap it.
 #pragma once
 
+// A kernel's cluster size, fixed at compile time (sm_90 and later; elsewhere the kernel is never launched).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define BW_CLUSTER_DIMS(c) __cluster_dims__(c, 1, 1)
+#else
+#define BW_CLUSTER_DIMS(c)
+#endif
+
 namespace bw {
 namespace cluster {
 

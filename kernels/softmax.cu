@@ -858,12 +858,6 @@ softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 // Built empty below sm_90, where the plan never chooses it (DeviceQueries.clusters).
 // =============================================================================================
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define BW_CLUSTER_DIMS(c) __cluster_dims__(c, 1, 1)
-#else
-#define BW_CLUSTER_DIMS(c)
-#endif
-
 // The largest cluster every GPU with clusters launches (dispatch.PORTABLE_CLUSTER).
 constexpr int kPortableCluster = 8;
 
