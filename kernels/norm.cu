@@ -39,6 +39,7 @@
 //
 // Indices into x and y are 64-bit (rows * cols may exceed 2^31); column indices are 32-bit.
 
+#include "cluster_mailbox.cuh"
 #include "row_tile.cuh"
 #include "welford.cuh"
 
@@ -1339,6 +1340,160 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
             store_row(normk::Flag<false>{});
         }
     }
+}
+
+// =============================================================================================
+// Optimized, cluster tier (sm_90 and later): rows too long for a block to cache with room for
+// another block an SM (65519 half columns: 128 KiB, where norm_span ran one block an SM and read
+// 11-20% of copy). C blocks of a thread-block cluster take a row, each its slice of the span of
+// aligned 16-byte packs that covers the row, copied into its shared memory with cp.async (the whole
+// slice in flight at once) beside its columns of gamma and beta, shifted by the row's lead as
+// norm_span_rows shifts them. Each block sums its slice (LayerNorm: x - K and its squares, K from
+// normk::row_shift; RMSNorm: the squares), posts the pair to every peer's mailbox
+// (cluster_mailbox.cuh) and adds the C pairs in rank order, so every block of the cluster holds the
+// same bits; LayerNorm takes a second exchange about the mean only where the first cancelled
+// (normk::row_moments' rule). Then each block normalizes its slice in place and stores it in packs,
+// element by element only in the span's two edge packs. Clusters stride over the rows; the host
+// makes (grid / C) * cols a multiple of the pack, so a cluster's rows keep their lead and the
+// shifted parameters are written once.
+// =============================================================================================
+template <typename T, bool kRms, int C>
+__global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
+norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,
+             float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows, int cols, float eps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int N = 16 / sizeof(T);
+    using PackT = bw::Pack<T, N>;
+    __shared__ bw::cluster::Mailbox<float2, C> box;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int threads = static_cast<int>(blockDim.x);
+    const int rank = static_cast<int>(blockIdx.x) % C;
+    const float fcols = static_cast<float>(cols);
+    const int slice_max = ((cols + 2 * N - 2) / N + C - 1) / C;  // of the longest span, at any lead
+    PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
+    PackT* g_cache = cache + slice_max;
+    PackT* b_cache = g_cache + slice_max;  // LayerNorm only
+    bw::cluster::open(box);
+    bool peers_ready = false;
+    int round = 0, held_lead = -1;
+    // The slice's partial pair, exchanged: the C pairs added in rank order. Each exchange is a
+    // round of the mailbox, which completes once thread 0 has said to expect it.
+    auto cluster_sum = [&](float2 part) {
+        if (tid == 0) bw::cluster::expect(box, round);
+        part = bw::block_allreduce_of<float2, normk::PairSum<32>, true>(part, make_float2(0.0f, 0.0f));
+        if (!peers_ready) {
+            bw::cluster::wait_peers_ready();
+            peers_ready = true;
+        }
+        if (tid < C) bw::cluster::post(box, round, rank, tid, part);
+        const float2* parts = bw::cluster::wait(box, round);
+        float2 total = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int r = 0; r < C; ++r) {
+            total.x += parts[r].x;
+            total.y += parts[r].y;
+        }
+        ++round;
+        return total;
+    };
+    for (int row = static_cast<int>(blockIdx.x) / C; row < rows; row += static_cast<int>(gridDim.x) / C) {
+        const T* xr = x + static_cast<i64>(row) * cols;
+        const int lead = bw::tile::phase_of(xr);
+        const int span = (lead + cols + N - 1) / N;
+        const int share = (span + C - 1) / C;
+        const int lo = min(span, rank * share);
+        const int entries = min(span, lo + share) - lo;
+        const PackT* xs = reinterpret_cast<const PackT*>(xr - lead) + lo;
+        for (int e = tid; e < entries; e += threads) bw::tile::copy16_async(&cache[e], &xs[e]);
+        if (lead != held_lead) {  // uniform over the block; the slice's columns moved with the lead
+            T* gs = reinterpret_cast<T*>(g_cache);
+            T* bs = reinterpret_cast<T*>(b_cache);
+            for (int i = tid; i < entries * N; i += threads) {
+                const int c = lo * N + i - lead;
+                const bool in = c >= 0 && c < cols;
+                gs[i] = in ? gamma[c] : bw::from_float<T>(0.0f);
+                if constexpr (!kRms) bs[i] = in ? beta[c] : bw::from_float<T>(0.0f);
+            }
+            held_lead = lead;
+        }
+        const float k = kRms ? 0.0f : normk::row_shift(xr, cols);
+        bw::tile::wait_copies();
+        __syncthreads();
+        // f(v) for each of the row's elements in this thread's packs of the slice.
+        auto for_each = [&](auto&& f) {
+            for (int e = tid; e < entries; e += threads) {
+                const int first = (lo + e) * N - lead;  // the column of the pack's element 0
+                float v[N];
+                normk::to_floats(cache[e], v);
+                if (first >= 0 && first + N <= cols) {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) f(v[j]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < N; ++j) {
+                        if (first + j >= 0 && first + j < cols) f(v[j]);
+                    }
+                }
+            }
+        };
+        float mean = 0.0f, var, shift = k;
+        if constexpr (kRms) {
+            float2 ss = make_float2(0.0f, 0.0f);
+            for_each([&](float v) { ss.x = fmaf(v, v, ss.x); });
+            var = cluster_sum(ss).x / fcols;  // mean(x^2)
+        } else {
+            auto sums_about = [&](float c) {
+                float2 s = make_float2(0.0f, 0.0f);
+                for_each([&](float v) {
+                    const float d = v - c;
+                    s.x += d;
+                    s.y = fmaf(d, d, s.y);
+                });
+                return cluster_sum(s);
+            };
+            const float2 sums = sums_about(k);
+            mean = sums.x / fcols;
+            const float squares = sums.y / fcols;
+            var = fmaxf(squares - mean * mean, 0.0f);
+            if (!(mean * mean <= 0.5f * squares)) {  // the same totals, so the same branch, in every block
+                shift = k + mean;
+                const float2 about = sums_about(shift);
+                mean = about.x / fcols;
+                var = fmaxf(about.y / fcols - mean * mean, 0.0f);
+            }
+        }
+        const float rstd = rsqrtf(var + eps);
+        if (tid == 0 && rank == 0) {
+            rstd_out[row] = rstd;
+            if constexpr (!kRms) mean_out[row] = shift + mean;
+        }
+        const float offset = -mean * rstd;
+        T* yr = y + static_cast<i64>(row) * cols;
+        PackT* ys = reinterpret_cast<PackT*>(yr - lead) + lo;
+        for (int e = tid; e < entries; e += threads) {
+            const int first = (lo + e) * N - lead;
+            float f[N], g[N], b[N], out[N];
+            normk::to_floats(cache[e], f);
+            normk::to_floats(g_cache[e], g);
+            if constexpr (!kRms) {
+                normk::to_floats(b_cache[e], b);
+#pragma unroll
+                for (int j = 0; j < N; ++j) f[j] -= shift;
+            }
+            normk::normalize<kRms, N>(f, rstd, offset, g, b, out);
+            if (first >= 0 && first + N <= cols) {
+                normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
+            } else {  // an edge pack: only this row's elements
+#pragma unroll
+                for (int j = 0; j < N; ++j) {
+                    if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(out[j]);
+                }
+            }
+        }
+        __syncthreads();  // the next row's copies overwrite the cache
+    }
+    if (!peers_ready) bw::cluster::wait_peers_ready();
+#endif
 }
 
 // =============================================================================================

@@ -123,11 +123,13 @@ PEELED_FILES = ("softmax.cu",)
 move element by element (2-byte accesses), so only the presence of 16-byte ones is checked."""
 
 
-NO_PACK_ARGUMENT = ("norm_tile", "norm_span_rows")
+NO_PACK_ARGUMENT = ("norm_tile", "norm_span_rows", "norm_cluster")
 """Kernels of PACKED_FILES whose third template argument is no pack size (norm_tile's is the
 elements a lane holds: its packs always move whole through cp.async, its tiles' edges element by
 element; norm_span_rows' is the packs a thread holds, always 16-byte ones, with the edges and the
-shifted gamma and beta element by element: test_span_rows_compiles_to_wide_accesses)."""
+shifted gamma and beta element by element: test_span_rows_compiles_to_wide_accesses; norm_cluster's
+is its blocks a row: its slices load through cp.async, and its stores are checked in
+test_cluster_stores_whole_packs)."""
 
 
 def _sixteen_byte_half_kernels(filename: str) -> list[str]:
@@ -208,6 +210,26 @@ def test_sixteen_byte_packs_compile_to_wide_accesses(filename: str, tmp_path: Pa
     else:
         scalar = {name: c for name, c in counts.items() if c["ld16"] > 1 or c["st16"] > 0}
         assert not scalar, f"{filename}: 2-byte global accesses in 16-byte pack kernels: {scalar}"
+
+def test_cluster_stores_whole_packs(tmp_path: Path) -> None:
+    """norm_cluster copies its slice in 16-byte packs with cp.async and stores y in 16-byte
+    accesses; only the span's two edge packs, gamma and beta's shifted copy and LayerNorm's eight
+    samples of K move element by element."""
+    from bwbench.cuda.norm.plan import CLUSTER_SIZES, cluster_name
+
+    nvcc = _nvcc()
+    names = [cluster_name("half_t", rms, size) for rms in (False, True) for size in CLUSTER_SIZES]
+    wrapper = tmp_path / "cluster.cu"
+    wrapper.write_text(_wrapper(KernelSource("norm.cu", names)))
+    out = tmp_path / "cluster.ptx"
+    proc = subprocess.run([nvcc, "-std=c++17", "--ptx", "-ftz=true", "-arch=sm_90", f"-I{kernels_dir()}", "-o",
+                           str(out), str(wrapper)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = global_accesses(out.read_text())
+    assert len(counts) == len(names)
+    for entry, c in counts.items():
+        assert c["ld128"] >= 1 and c["st128"] >= 1, f"{entry}: {c}"  # ld128: the cp.async copies
+
 
 def test_span_rows_compiles_to_wide_accesses(tmp_path: Path) -> None:
     """norm_span_rows (rows at any offset within a pack) loads each of its P packs of x and stores
