@@ -261,14 +261,16 @@ def test_every_planned_kernel_is_declared():
     for ctype in ("half_t", "bf16_t", "float"):
         for rms in (False, True):
             declared = set(OPTIMIZED[(ctype, rms)].name_expressions)
-            for cols in [1, 2, 3, 31, 33, 100, 1000, 1023, 1024, 1025, 4096, 4097, 8192, 16384, 32768, 300_000]:
+            for cols in [1, 2, 3, 31, 33, 100, 1000, 1023, 1024, 1025, 4096, 4097, 8192, 16384, 32768, 40_001,
+                         65_536, 300_000]:
                 for pack in (norm.full_pack(ctype), 1):
                     if cols % pack:
                         continue
-                    for tier in (None, "registers", "smem", "uncached", "tile", "span", "span_rows"):
-                        for same_phase in (False, True):
+                    for tier in (None, "registers", "smem", "uncached", "tile", "span", "span_rows", "cluster"):
+                        for same_phase, clusters in ((False, False), (True, False), (True, True)):
                             try:
-                                p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier, same_phase=same_phase)
+                                p = norm.plan(cols, ctype, rms, pack, gpu, limit, tier, same_phase=same_phase,
+                                              clusters=clusters)
                             except ValueError:
                                 continue
                             assert all(c.kernel in declared for c in p.candidates)
@@ -414,6 +416,72 @@ def test_odd_rows_time_the_span_rows_tier_too():
     with pytest.raises(ValueError, match="span_rows tier needs .* at most"):
         norm.plan(norm.span_rows_max_cols("half_t", False) + 1, "half_t", False, 1, gpu, limit, tier="span_rows",
                   same_phase=True)
+
+
+def cluster_slices(cols: int, lead: int, pack: int, size: int) -> list[range]:
+    """The packs of a row's span each block of norm_cluster takes (kernels/norm.cu's arithmetic)."""
+    span = (lead + cols + pack - 1) // pack
+    share = -(-span // size)
+    return [range(min(span, rank * share), min(span, min(span, rank * share) + share)) for rank in range(size)]
+
+
+@pytest.mark.parametrize("ctype", ["half_t", "bf16_t", "float"])
+def test_cluster_slices_cover_the_span_and_fit_the_shared_memory(ctype):
+    pack = norm.full_pack(ctype)
+    for cols in (1, 2, pack - 1, pack + 1, 1023, 65519, 65536, 100003):
+        for size in norm.CLUSTER_SIZES:
+            slice_bytes = norm.cluster_smem_bytes(cols, ctype, True, size)  # the slice and gamma: 32 bytes a pack
+            assert norm.cluster_smem_bytes(cols, ctype, False, size) == slice_bytes // 2 * 3
+            for lead in range(pack):
+                slices = cluster_slices(cols, lead, pack, size)
+                packs = [k for piece in slices for k in piece]
+                assert packs == list(range((lead + cols + pack - 1) // pack))  # each pack once, in rank order
+                assert max(len(piece) for piece in slices) * 32 <= slice_bytes
+            block = norm.cluster_block(cols, ctype, size)
+            assert block % 32 == 0 and 32 <= block <= 1024
+            assert -(-slice_bytes // 32) <= block * norm.CLUSTER_PACKS_PER_THREAD or block == 1024
+
+
+def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():
+    gpu, limit = FakeGPU(regs=32), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    # 65519 half columns (128 KiB): norm_span's row cache leaves one block an SM. Clusters of 4
+    # (32 KiB slices: x, gamma and beta 96 KiB, two blocks an SM) and 8 (four) come first; the
+    # span and cached tiers stay beside them, timed on first use.
+    p = norm.plan(65519, "half_t", False, 1, gpu, limit, same_phase=True, clusters=True)
+    split = [c for c in p.candidates if c.tier == "cluster"]
+    assert p.tier == "cluster" and [c.cluster for c in split] == [4, 8]
+    assert [c.kernel for c in split] == ["norm_cluster<half_t, false, 4>", "norm_cluster<half_t, false, 8>"]
+    assert all(c.grid_multiple == c.cluster * 8 and gpu(c.kernel, c.block, c.smem_bytes) >= 2 for c in split)
+    assert {"span", "smem"} <= {c.tier for c in p.candidates}
+    # No clusters (before sm_90), or x and y at different offsets: as before.
+    assert not any(c.tier == "cluster" for c in norm.plan(65519, "half_t", False, 1, gpu, limit,
+                                                           same_phase=True).candidates)
+    assert not any(c.tier == "cluster" for c in norm.plan(65519, "half_t", False, 1, gpu, limit,
+                                                           clusters=True).candidates)
+    # Whole-pack rows past the registers tier: clusters first, the row cache beside them.
+    p = norm.plan(65536, "half_t", True, 8, gpu, limit, same_phase=True, clusters=True)
+    assert p.tier == "cluster" and "smem" in {c.tier for c in p.candidates}
+    # Rows the registers or span_rows tiers hold never take it.
+    for cols, pack in [(32768, 8), (30001, 1), (1023, 1)]:
+        assert not any(c.tier == "cluster" for c in norm.plan(cols, "half_t", False, pack, gpu, limit,
+                                                               same_phase=True, clusters=True).candidates)
+    # Rows whose slices leave no second block an SM even in clusters of 8 (float32, 100003
+    # columns: 150 KiB a block): the eighths that leave one, then the uncached tier.
+    p = norm.plan(100003, "float", False, 1, gpu, limit, same_phase=True, clusters=True)
+    assert (p.tier, p.cluster) == ("cluster", 8) and p.alternatives[0].tier == "uncached"
+    # Longer than eighths can hold: no cluster.
+    assert norm.plan(400_000, "float", False, 1, gpu, limit, same_phase=True, clusters=True).tier == "uncached"
+
+
+def test_forced_cluster_tier():
+    gpu, limit = FakeGPU(), 227 * 1024 - norm.STATIC_SMEM_MARGIN
+    forced = norm.plan(33, "bf16_t", True, 1, gpu, limit, tier="cluster", same_phase=True, clusters=True)
+    assert forced.tier == "cluster" and [c.cluster for c in forced.candidates] == list(norm.CLUSTER_SIZES)
+    for same_phase, clusters in ((True, False), (False, True)):
+        with pytest.raises(ValueError, match="cluster tier needs"):
+            norm.plan(65519, "half_t", False, 1, gpu, limit, tier="cluster", same_phase=same_phase, clusters=clusters)
+    with pytest.raises(ValueError, match="cluster tier needs"):
+        norm.plan(65519, "half_t", False, 1, gpu, limit, tier="cluster", block=256, same_phase=True, clusters=True)
 
 
 def test_naive_source_declares_every_launch():

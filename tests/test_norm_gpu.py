@@ -86,7 +86,11 @@ def _check(got, x, gamma, beta, rms: bool, what: str):
     assert result.passed, f"{what}: {result.message}"
 
 
-TIERS = [None, "warp", "registers", "smem", "uncached", "tile", "span", "span_rows"]
+TIERS = [None, "warp", "registers", "smem", "uncached", "tile", "span", "span_rows", "cluster"]
+
+
+def _has_clusters() -> bool:
+    return torch.cuda.get_device_capability(0) >= (9, 0)
 
 
 def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -> bool:
@@ -104,6 +108,8 @@ def _takes(tier: str | None, cols: int, dtype: torch.dtype, rms: bool = False) -
         return cols * dtype.itemsize <= 200 * 1024
     if tier == "span_rows":  # a row's span fits the largest instantiation
         return cols <= norm.span_rows_max_cols(norm.cpp_type(dtype), rms)
+    if tier == "cluster":  # thread-block clusters (sm_90 and later)
+        return _has_clusters()
     return True
 
 
@@ -169,7 +175,7 @@ def test_misaligned_pointers_fall_back_to_scalar_packs(dtype, tier):
         with pytest.raises(ValueError, match="registers tier needs"):
             _run("layer_norm", x, gamma, beta, False, tier=tier)
         return
-    if tier in ("tile", "span", "span_rows"):  # x one element past a boundary, a fresh y on one: their packs do not line up
+    if tier in ("tile", "span", "span_rows", "cluster"):  # x one element past a boundary, a fresh y on one: their packs do not line up
         with pytest.raises(ValueError, match=f"{tier} tier needs"):
             _run("layer_norm", x, gamma, beta, False, tier=tier)
         return
@@ -461,6 +467,42 @@ def test_every_span_rows_instantiation(dtype, rms):
             loader.launch(module.kernel(chosen.kernel), 7, config.block, args, shared_mem=chosen.smem_bytes)
             torch.cuda.synchronize()
             _check(out, x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols}) with 7 blocks")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _has_clusters(), reason="needs thread-block clusters (sm_90)")
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_every_cluster_instantiation(dtype, rms):
+    """Each norm_cluster kernel (2, 4 and 8 blocks a row) on long odd and whole-pack rows,
+    mean-1e4 rows, rows whose shift is an outlier (the second exchange), rows shorter than a pack
+    per block, with the launcher's grid and with three clusters striding over the rows (their rows
+    then start at different offsets: each block rewrites its shifted gamma and beta)."""
+    from bwbench.cuda import loader
+
+    norm = _norm()
+    ctype = norm.cpp_type(dtype)
+    pack = norm.full_pack(ctype)
+    module = loader.load(norm.OPTIMIZED[(ctype, rms)])
+    limit = loader.max_shared_memory_per_block(0) - norm.STATIC_SMEM_MARGIN
+    for size in norm.CLUSTER_SIZES:
+        for rows, cols, cancel in [(5, 40001, False), (3, 16 * 1024 + 8, False), (6, 33331, True), (7, 20011, "far"),
+                                   (4, 3, False), (9, 7 * size * pack + 1, "first")]:
+            smem = norm.cluster_smem_bytes(cols, ctype, rms, size)
+            if smem > limit:  # never planned: float32 LayerNorm's halves of 40001 columns
+                continue
+            x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
+            chosen = norm.NormPlan("cluster", norm.cluster_name(ctype, rms, size), pack,
+                                   norm.cluster_block(cols, ctype, size), smem, 1, cluster=size,
+                                   grid_multiple=size * pack)
+            loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), limit, 0)
+            what = f"{chosen.kernel} ({rows}, {cols}, {cancel})"
+            _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, what)
+            out = _poisoned(x, rms)
+            mean, rstd = (None, out[1]) if rms else (out[1], out[2])
+            args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
+            loader.launch(module.kernel(chosen.kernel), 3 * size, chosen.block, args, shared_mem=smem)
+            torch.cuda.synchronize()
+            _check(out, x, gamma, beta, rms, f"{what} with 3 clusters")
 
 
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])

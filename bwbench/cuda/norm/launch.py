@@ -132,7 +132,9 @@ def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block,
                 set_max_dynamic_shared_memory(kernel, smem_limit, device)
             return max_active_blocks_per_sm(kernel, threads, smem, device)
 
-        found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block, same_phase), module)
+        clusters = torch.cuda.get_device_capability(device) >= (9, 0)
+        found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block, same_phase, clusters),
+                                module)
     return found
 
 
@@ -143,7 +145,7 @@ def _with_grid(chosen: NormPlan, module: CompiledModule, device: int, rows: int,
         raise RuntimeError(f"{kernel.name} cannot run {chosen.block} threads per block with {chosen.smem_bytes} "
                            "bytes of dynamic shared memory on this device (occupancy 0)")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    work = -(-rows // chosen.rows_per_block)
+    work = -(-rows // chosen.rows_per_block) * chosen.cluster  # blocks' worth of rows
     grid = span_rows_grid(grid_blocks(work, per_sm, sms, waves), work, chosen.grid_multiple)
     return Chosen(chosen, Launch(chosen.kernel, (grid,), (chosen.block,), chosen.smem_bytes, tier=chosen.tier,
                                  args=tuple(np.int32(a) for a in chosen.extra)), kernel)

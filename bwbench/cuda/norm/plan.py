@@ -16,7 +16,10 @@ The tiers, chosen by the row length as for the softmax (`plan`):
   one row), offered first likewise while the row fits shared memory;
 - "span_rows": odd rows held in registers, one block a row: each thread loads its aligned 16-byte
   packs of the span covering the row straight from global memory; gamma and beta wait in shared
-  memory, shifted to the row's offset within a pack. Timed beside the tile or span tier.
+  memory, shifted to the row's offset within a pack. Timed beside the tile or span tier;
+- "cluster": rows longer than the registers and span_rows tiers hold, on GPUs with thread-block
+  clusters: 2, 4 or 8 blocks a row, each caching its slice, their sums exchanged through
+  distributed shared memory. Offered first, timed beside the tiers that hold the row whole.
 
 A block tier is latency-bound (measured on an H200: each block spends microseconds per row
 whatever the row length), so its throughput is rows in flight per SM times bytes per row over
@@ -28,7 +31,7 @@ kernel compiled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from bwbench.cuda import row_tile
@@ -36,7 +39,7 @@ from bwbench.cuda import row_tile
 __all__ = ["DEFAULT_GRID_WAVES", "NAIVE_KERNELS", "NormPlan", "TIERS", "block_name", "full_pack", "optimized_names",
            "plan", "rank_blocks", "rows_configs", "span_rows_configs", "span_rows_grid", "warp_config", "warp_configs"]
 
-TIERS = ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")
+TIERS = ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows", "cluster")
 
 WARP_BLOCK = 128
 """Threads per block of norm_warp (norm::kWarpBlock in kernels/norm.cu)."""
@@ -116,6 +119,19 @@ SPAN_ROWS_GROUP_PACKS = (3, 4, 5)
 SPAN_ROWS_GROUP_BLOCK = 128
 """Shorter odd rows (up to 16 x 5 packs: 639 half columns) in groups of W lanes, a row a group,
 P packs a lane, SPAN_ROWS_GROUP_BLOCK threads a block."""
+
+CLUSTER_SIZES = (2, 4, 8)
+"""Blocks a row of norm_cluster: CUDA's portable cluster sizes (every GPU with clusters holds 8)."""
+
+CLUSTER_MIN_BLOCKS = 2
+"""The cluster tier offers the sizes whose slices leave at least this many blocks an SM (one block
+an SM loads, reduces and stores a row in turn, with nothing to overlap them); where none does
+(LayerNorm rows past about 154000 half columns), those that leave one, whose slices still move in
+16-byte packs."""
+
+CLUSTER_PACKS_PER_THREAD = 4
+"""norm_cluster's block: the fewest threads (a multiple of 32, up to 1024) that give each thread at
+most this many packs of its slice."""
 
 SPAN_ROWS_CANDIDATES = 2
 """The tightest-fitting norm_span_rows shapes timed on first use (and the tightest of whole packs)."""
@@ -446,7 +462,41 @@ def optimized_names(ctype: str, rms: bool) -> tuple[str, ...]:
         names += [block_name(ctype, rms, pack, cached, params) for cached in (True, False) for params in (True, False)]
     names += [tile_name(ctype, rms, e) for e in (0, *row_tile.LANE_ELEMENTS)] + [span_name(ctype, rms)]
     names += [c.name(ctype, rms) for c in span_rows_configs(rms)]
+    names += [cluster_name(ctype, rms, size) for size in CLUSTER_SIZES]
     return tuple(names)
+
+
+def cluster_name(ctype: str, rms: bool, size: int) -> str:
+    return f"norm_cluster<{ctype}, {_cpp_bool(rms)}, {size}>"
+
+
+def cluster_smem_bytes(cols: int, ctype: str, rms: bool, size: int) -> int:
+    """Dynamic shared memory of norm_cluster: a block's slice of the longest span a row of `cols`
+    has, and gamma (and beta) over the same columns."""
+    pack = full_pack(ctype)
+    slice_packs = -(-span_packs_max(cols, pack) // size)
+    return slice_packs * 16 * (2 if rms else 3)
+
+
+def cluster_block(cols: int, ctype: str, size: int) -> int:
+    """Threads of a norm_cluster block: CLUSTER_PACKS_PER_THREAD packs a thread or fewer."""
+    slice_packs = -(-span_packs_max(cols, full_pack(ctype)) // size)
+    return min(1024, max(32, -(-slice_packs // (CLUSTER_PACKS_PER_THREAD * 32)) * 32))
+
+
+def cluster_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int,
+                  min_blocks: int = CLUSTER_MIN_BLOCKS) -> list["NormPlan"]:
+    """norm_cluster plans for a row of `cols` (any lead; x and y at the same one): each of
+    CLUSTER_SIZES whose slice fits and leaves `min_blocks` blocks an SM, the smallest cluster first.
+    Only for GPUs that launch clusters (the caller's question)."""
+    plans = []
+    for size in CLUSTER_SIZES:
+        smem = cluster_smem_bytes(cols, ctype, rms, size)
+        name, block = cluster_name(ctype, rms, size), cluster_block(cols, ctype, size)
+        if smem <= smem_limit and occupancy(name, block, smem) >= min_blocks:
+            plans.append(NormPlan("cluster", name, full_pack(ctype), block, smem, 1, cluster=size,
+                                  grid_multiple=size * full_pack(ctype)))
+    return plans
 
 
 def span_name(ctype: str, rms: bool) -> str:
@@ -522,6 +572,8 @@ class NormPlan:
     """Arguments after eps: (tile_rows, group) for the tile tier."""
     grid_multiple: int = 1
     """Where the blocks stride over rows, the grid is a multiple of this (span_rows_grid)."""
+    cluster: int = 1
+    """Blocks a row (the cluster tier's thread-block cluster); the grid is a multiple of it."""
 
     @property
     def candidates(self) -> tuple["NormPlan", ...]:
@@ -552,7 +604,8 @@ def rank_blocks(packs: int, row_bytes: int, cached: bool, occupancy: Callable[[i
 
 
 def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem_limit: int,
-         tier: str | None = None, block: int | None = None, same_phase: bool = False) -> NormPlan:
+         tier: str | None = None, block: int | None = None, same_phase: bool = False,
+         clusters: bool = False) -> NormPlan:
     """Choose the tier and launch shape (the dispatcher of the softmax article, for norms).
 
     `pack` is the elements per access (the 16-byte pack, or 1 where cols or a pointer does not
@@ -560,9 +613,22 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     memory one block may have. `tier` forces a tier (tests use it on short rows); None chooses.
     `block` forces the threads per block of the block tiers (for tuning experiments).
     `same_phase`: x and y start the same number of elements past a 16-byte boundary, which the
-    tile tier needs.
+    tile, span, span_rows and cluster tiers need. `clusters`: the GPU launches thread-block
+    clusters (compute capability 9.0 and later), which the cluster tier needs.
     """
     row_bytes = cols * ITEMSIZE[ctype]
+    if tier == "cluster":
+        found = cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1) if clusters and same_phase and block is None else []
+        if not found:
+            raise ValueError(f"the cluster tier needs a GPU that launches thread-block clusters, x and y at the same "
+                             f"offset within 16 bytes, no forced block, and a slice of the row that fits in shared "
+                             f"memory; got cols={cols}")
+        return _with_alternatives(found[0], found[1:])
+    # Rows no block caches with room for a second block an SM: the cluster tier first, where it runs.
+    long_row = (clusters and same_phase and tier is None and block is None
+                and cols > max(span_rows_max_cols(ctype, rms), rows_max_cols(ctype, rms)))
+    split = (cluster_plans(cols, ctype, rms, occupancy, smem_limit)
+             or cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1)) if long_row else []
     if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
         short = row_bytes <= TILE_MAX_ROW_BYTES
         held = span_rows_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
@@ -582,9 +648,9 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
                 raise ValueError(f"the {tier} tier needs x and y at the same offset within 16 bytes, no forced block, "
                                  f"and {where}; got cols={cols}")
             return _with_alternatives(staged[0], staged[1:])
-        if staged or held:
+        if staged or held or split:
             row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
-            first, *rest = [*staged, *held]
+            first, *rest = [*split, *staged, *held]
             return _with_alternatives(first, [*rest, *(_with_alternatives(c, ()) for c in row_tier.candidates)])
     if tier is not None and tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
@@ -647,6 +713,8 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
                          f"pointers, at most {rows_max_cols(ctype, rms)} columns, and no forced block; "
                          f"got cols={cols}")
     cached = smem_plans()
+    if split:
+        return _with_alternatives(split[0], split[1:] + (cached or block_plans("uncached")))
     if cached:
         return _with_alternatives(cached[0], cached[1:])
     if tier == "smem":
@@ -657,5 +725,4 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
 
 
 def _with_alternatives(first: NormPlan, others) -> NormPlan:
-    return NormPlan(first.tier, first.kernel, first.pack, first.block, first.smem_bytes, first.rows_per_block,
-                    tuple(others), first.extra, first.grid_multiple)
+    return replace(first, alternatives=tuple(others))
