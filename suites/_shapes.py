@@ -9,8 +9,8 @@ Norms in models (`NORM_PRESETS["models"]`): one row per token, the hidden size a
 ViT-S 384, BERT-base and ViT-B 768, BERT-large and ViT-L 1024, ViT-H 1280, GPT-3 XL 2048, Llama 7B
 4096, Llama 13B 5120, Llama 70B 8192, GPT-3 175B 12288; 16384 tokens, and ViT-B/16's 64 x 197 tokens.
 Odd widths (`"odd"`): primes and powers of two plus or minus one, where 16-byte packs do not divide a
-row and row starts lose their alignment; for the softmax family also rows longer than one block can
-cache (100003, a prime, and 262144).
+row and row starts lose their alignment; also rows longer than one block can cache (100003, a prime,
+and for the softmax family 262144, for the norms 65537).
 """
 
 ODD_COLS = [31, 33, 127, 129, 1000, 1023, 1025, 4097, 8191, 12289, 30001, 65537]
@@ -34,5 +34,6 @@ NORM_PRESETS = {
     ],
     "odd": [
         {"rows": [49152], "cols": ODD_COLS[:-1]},
+        {"rows": [1024], "cols": [65537, 100003]},
     ],
 }
