@@ -134,12 +134,18 @@ def test_norm_launcher_plans_a_shape_once(monkeypatch):
     monkeypatch.setattr(launch, "load", lambda source: FakeModule())
     monkeypatch.setattr(launch, "max_shared_memory_per_block", lambda device: 227 * 1024)
     monkeypatch.setattr(launch, "max_active_blocks_per_sm", lambda kernel, threads, smem, device: 4)
+    monkeypatch.setattr(launch, "set_max_dynamic_shared_memory", lambda kernel, nbytes, device: None)
+    monkeypatch.setattr(launch, "_launches_clusters", lambda device: True)
     calls = _count_calls(monkeypatch, launch, "plan")
     for _ in range(3):
         launch._model(0, 4096, torch.float16, False, 8, None, None)
     assert len(calls) == 1
     launch._model(0, 4096, torch.float16, True, 8, None, None)
     assert len(calls) == 2
+    # Rows no block holds take the cluster tier where the GPU launches clusters.
+    assert launch._model(0, 65519, torch.float16, False, 1, None, None)[0].tier == "cluster"
+    monkeypatch.setattr(launch, "_launches_clusters", lambda device: False)
+    assert launch._model(0, 65521, torch.float16, False, 1, None, None)[0].tier != "cluster"
 
 
 def test_permute_launch_is_planned_and_packed_once(monkeypatch):

@@ -132,10 +132,14 @@ def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block,
                 set_max_dynamic_shared_memory(kernel, smem_limit, device)
             return max_active_blocks_per_sm(kernel, threads, smem, device)
 
-        clusters = torch.cuda.get_device_capability(device) >= (9, 0)
-        found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block, same_phase, clusters),
-                                module)
+        found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block, same_phase,
+                                     _launches_clusters(device)), module)
     return found
+
+
+def _launches_clusters(device: int) -> bool:
+    """Whether the GPU launches thread-block clusters (the cluster tier): compute capability 9.0 on."""
+    return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def _with_grid(chosen: NormPlan, module: CompiledModule, device: int, rows: int, waves: int | None) -> Chosen:
