@@ -29,8 +29,8 @@ OPS = {
     "log_softmax": ("log_softmax", 2, SOFTMAX_FORWARD_TIERS),
     "softmax_backward": ("softmax_backward", 3, ("warp", "warp_wide", "warp_elements", "smem", "uncached", "cluster",
                                                  "tile", "flat")),
-    "layer_norm": ("layernorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
-    "rms_norm": ("rmsnorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows")),
+    "layer_norm": ("layernorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows", "cluster")),
+    "rms_norm": ("rmsnorm", 2, ("warp", "registers", "smem", "uncached", "tile", "span", "span_rows", "cluster")),
 }
 NORMS = ("layer_norm", "rms_norm")
 CLUSTER_SIZES = (2, 4, 8, 16)  # bwbench.cuda.softmax.dispatch.CLUSTER_SIZES, named here without importing torch
