@@ -14,7 +14,9 @@
 //   norm_block<.., false>  one block per row, no cache: x is read a second time (from L2) for y;
 //                    only for rows too long for shared memory.
 //   norm_tile, norm_span, norm_span_rows   rows of an odd byte count, moved in aligned 16-byte
-//                    packs although they do not start on one (see their sections).
+//                    packs although they do not start on one (see their sections);
+//   norm_cluster     rows longer than a block holds, split over the blocks of a thread-block
+//                    cluster (sm_90 and later), any offset.
 //
 // Statistics (LayerNorm): norm_span_rows takes the sums of x - K and its squares in one pass, K
 // near the mean, and a second pass only where those cancel (normk::row_moments); norm_warp's full
@@ -1352,8 +1354,8 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // normk::row_shift; RMSNorm: the squares), posts the pair to every peer's mailbox
 // (cluster_mailbox.cuh) and adds the C pairs in rank order, so every block of the cluster holds the
 // same bits; LayerNorm takes a second exchange about the mean only where the first cancelled
-// (normk::row_moments' rule). Then each block normalizes its slice in place and stores it in packs,
-// element by element only in the span's two edge packs. Clusters stride over the rows; the host
+// (normk::row_moments). Then each block normalizes its slice from shared memory and stores it in
+// packs, element by element only in the span's two edge packs. Clusters stride over the rows; the host
 // makes (grid / C) * cols a multiple of the pack, so a cluster's rows keep their lead and the
 // shifted parameters are written once.
 // =============================================================================================
