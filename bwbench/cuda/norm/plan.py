@@ -470,18 +470,21 @@ def cluster_name(ctype: str, rms: bool, size: int) -> str:
     return f"norm_cluster<{ctype}, {_cpp_bool(rms)}, {size}>"
 
 
+def cluster_slice_packs(cols: int, ctype: str, size: int) -> int:
+    """Packs of the largest slice a norm_cluster block takes: of the longest span a row of `cols`
+    has, split over `size` blocks."""
+    return -(-span_packs_max(cols, full_pack(ctype)) // size)
+
+
 def cluster_smem_bytes(cols: int, ctype: str, rms: bool, size: int) -> int:
-    """Dynamic shared memory of norm_cluster: a block's slice of the longest span a row of `cols`
-    has, and gamma (and beta) over the same columns."""
-    pack = full_pack(ctype)
-    slice_packs = -(-span_packs_max(cols, pack) // size)
-    return slice_packs * 16 * (2 if rms else 3)
+    """Dynamic shared memory of norm_cluster: a block's slice, and gamma (and beta) over the same
+    columns."""
+    return cluster_slice_packs(cols, ctype, size) * 16 * (2 if rms else 3)
 
 
 def cluster_block(cols: int, ctype: str, size: int) -> int:
     """Threads of a norm_cluster block: CLUSTER_PACKS_PER_THREAD packs a thread or fewer."""
-    slice_packs = -(-span_packs_max(cols, full_pack(ctype)) // size)
-    return min(1024, max(32, -(-slice_packs // (CLUSTER_PACKS_PER_THREAD * 32)) * 32))
+    return min(1024, max(32, -(-cluster_slice_packs(cols, ctype, size) // (CLUSTER_PACKS_PER_THREAD * 32)) * 32))
 
 
 def cluster_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int,
