@@ -1354,7 +1354,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // normk::row_shift; RMSNorm: the squares), posts the pair to every peer's mailbox
 // (cluster_mailbox.cuh) and adds the C pairs in rank order, so every block of the cluster holds the
 // same bits; LayerNorm takes a second exchange about the mean only where the first cancelled
-// (normk::row_moments). Then each block normalizes its slice from shared memory and stores it in
+// (normk::row_moments' rule). Then each block normalizes its slice from shared memory and stores it in
 // packs, element by element only in the span's two edge packs. Clusters stride over the rows; the host
 // makes (grid / C) * cols a multiple of the pack, so a cluster's rows keep their lead and the
 // shifted parameters are written once.
