@@ -355,8 +355,10 @@ def test_plans_for_the_default_sweep():
             x = torch.empty(4, cols, device="cuda", dtype=dtype)
             step = norm.launch_plan(x, rms=False, pack=norm.full_pack(norm.cpp_type(dtype)))
             ctype = norm.cpp_type(dtype)
+            split = _has_clusters() and norm.splits_rows(cols, ctype, False)
             expected = ("warp" if cols <= norm.WARP_MAX_COLS else
-                        "registers" if cols <= norm.rows_max_cols(ctype, False) else "smem")
+                        "registers" if cols <= norm.rows_max_cols(ctype, False) else
+                        "cluster" if split else "smem")
             assert step.plan.tier == expected
             print(f"{DTYPE_IDS(dtype)} cols={cols}: {step.plan.tier} block={step.plan.block} smem={step.plan.smem_bytes} "
                   f"grid={step.grid} {step.plan.kernel} + {[(c.tier, c.block) for c in step.plan.alternatives]}")
@@ -544,8 +546,9 @@ def test_every_raw_rows_warp_instantiation(rms):
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_odd_widths_offer_the_tile_tier_first(dtype, rms):
-    """Rows whose bytes are no multiple of 16: the model's first plan is the tile tier, the row
-    tiers its timed alternatives; whichever wins, the result is right (tile boundaries mid-row at
+    """Rows whose bytes are no multiple of 16: the model's first plan is the tile tier (the span
+    tier past its rows, the cluster tier past every single block's), the row tiers its timed
+    alternatives; whichever wins, the result is right (tile boundaries mid-row at
     any phase: rows of 13 to 1031 columns, row counts that leave a partial last tile)."""
     norm = _norm()
 
@@ -554,7 +557,8 @@ def test_odd_widths_offer_the_tile_tier_first(dtype, rms):
         gamma, beta = _params(cols, dtype, seed=cols + 2)
         if cols * x.element_size() % 16:
             model = norm.launch_plan(x, rms=rms, pack=1).plan
-            staged = "tile" if cols * x.element_size() <= norm.TILE_MAX_ROW_BYTES else "span"
+            staged = ("cluster" if _has_clusters() and norm.splits_rows(cols, norm.cpp_type(dtype), rms) else
+                      "tile" if cols * x.element_size() <= norm.TILE_MAX_ROW_BYTES else "span")
             assert model.tier == staged and any(c.tier != staged for c in model.alternatives), model
         got = _run("rms_norm" if rms else "layer_norm", x, gamma, beta, rms)
         _check(got, x, gamma, beta, rms, f"auto ({rows}, {cols}) {dtype}")

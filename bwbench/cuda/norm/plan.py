@@ -606,6 +606,12 @@ def rank_blocks(packs: int, row_bytes: int, cached: bool, occupancy: Callable[[i
     return [block for *_, block in sorted(scored, reverse=True)]
 
 
+def splits_rows(cols: int, ctype: str, rms: bool) -> bool:
+    """Whether rows of `cols` are longer than the registers and span_rows tiers hold, so that the
+    cluster tier is offered first where the GPU launches clusters (and x and y share their phase)."""
+    return cols > max(span_rows_max_cols(ctype, rms), rows_max_cols(ctype, rms))
+
+
 def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem_limit: int,
          tier: str | None = None, block: int | None = None, same_phase: bool = False,
          clusters: bool = False) -> NormPlan:
@@ -628,8 +634,7 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
                              f"memory; got cols={cols}")
         return _with_alternatives(found[0], found[1:])
     # Rows no block caches with room for a second block an SM: the cluster tier first, where it runs.
-    long_row = (clusters and same_phase and tier is None and block is None
-                and cols > max(span_rows_max_cols(ctype, rms), rows_max_cols(ctype, rms)))
+    long_row = clusters and same_phase and tier is None and block is None and splits_rows(cols, ctype, rms)
     split = (cluster_plans(cols, ctype, rms, occupancy, smem_limit)
              or cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1)) if long_row else []
     if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
