@@ -1443,26 +1443,11 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             float2 ss = make_float2(0.0f, 0.0f);
             for_each([&](float v) { ss.x = fmaf(v, v, ss.x); });
             var = cluster_sum(ss).x / fcols;  // mean(x^2)
-        } else {
-            auto sums_about = [&](float c) {
-                float2 s = make_float2(0.0f, 0.0f);
-                for_each([&](float v) {
-                    const float d = v - c;
-                    s.x += d;
-                    s.y = fmaf(d, d, s.y);
-                });
-                return cluster_sum(s);
-            };
-            const float2 sums = sums_about(k);
-            mean = sums.x / fcols;
-            const float squares = sums.y / fcols;
-            var = fmaxf(squares - mean * mean, 0.0f);
-            if (!(mean * mean <= 0.5f * squares)) {  // the same totals, so the same branch, in every block
-                shift = k + mean;
-                const float2 about = sums_about(shift);
-                mean = about.x / fcols;
-                var = fmaxf(about.y / fcols - mean * mean, 0.0f);
-            }
+        } else {  // every block has the same totals, so takes the same branch
+            const normk::RowMoments m = normk::row_moments(k, fcols, 0.0f, cluster_sum, for_each);
+            mean = m.mean;
+            var = m.var;
+            shift = m.shift;
         }
         const float rstd = rsqrtf(var + eps);
         if (tid == 0 && rank == 0) {
