@@ -1349,15 +1349,16 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // another block an SM (65519 half columns: 128 KiB, where norm_span ran one block an SM and read
 // 11-20% of copy). C blocks of a thread-block cluster take a row, each its slice of the span of
 // aligned 16-byte packs that covers the row, copied into its shared memory with cp.async (the whole
-// slice in flight at once) beside its columns of gamma and beta, shifted by the row's lead as
-// norm_span_rows shifts them. Each block sums its slice (LayerNorm: x - K and its squares, K from
+// slice in flight at once). Each block sums its slice (LayerNorm: x - K and its squares, K from
 // normk::row_shift; RMSNorm: the squares), posts the pair to every peer's mailbox
 // (cluster_mailbox.cuh) and adds the C pairs in rank order, so every block of the cluster holds the
 // same bits; LayerNorm takes a second exchange about the mean only where the first cancelled
 // (normk::row_moments' rule). Then each block normalizes its slice from shared memory and stores it in
-// packs, element by element only in the span's two edge packs. Clusters stride over the rows; the host
-// makes (grid / C) * cols a multiple of the pack, so a cluster's rows keep their lead and the
-// shifted parameters are written once.
+// packs, element by element only in the span's two edge packs. gamma and beta are read from global
+// memory (L1, L2) in the store, each pack from the two aligned packs it straddles
+// (bw::tile::load16_shifted): a shifted copy in shared memory beside the slice, as norm_span_rows
+// keeps, tripled LayerNorm's bytes a block and left 48-64% of copy where the slice alone leaves
+// twice the blocks an SM. Clusters stride over the rows.
 // =============================================================================================
 template <typename T, bool kRms, int C>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
@@ -1371,13 +1372,15 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
     const int threads = static_cast<int>(blockDim.x);
     const int rank = static_cast<int>(blockIdx.x) % C;
     const float fcols = static_cast<float>(cols);
-    const int slice_max = ((cols + 2 * N - 2) / N + C - 1) / C;  // of the longest span, at any lead
     PackT* cache = reinterpret_cast<PackT*>(norm_row_cache);
-    PackT* g_cache = cache + slice_max;
-    PackT* b_cache = g_cache + slice_max;  // LayerNorm only
+    // gamma and beta in 16-byte packs from their own boundaries (L1, L2), shifted to the row's.
+    const int g_lead = bw::tile::phase_of(gamma);
+    const int b_lead = kRms ? 0 : bw::tile::phase_of(beta);
+    const T* g_aligned = gamma - g_lead;
+    const T* b_aligned = beta - b_lead;
     bw::cluster::open(box);
     bool peers_ready = false;
-    int round = 0, held_lead = -1;
+    int round = 0;
     // The slice's partial pair, exchanged: the C pairs added in rank order. Each exchange is a
     // round of the mailbox, which completes once thread 0 has said to expect it.
     auto cluster_sum = [&](float2 part) {
@@ -1407,17 +1410,6 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         const int entries = min(span, lo + share) - lo;
         const PackT* xs = reinterpret_cast<const PackT*>(xr - lead) + lo;
         for (int e = tid; e < entries; e += threads) bw::tile::copy16_async(&cache[e], &xs[e]);
-        if (lead != held_lead) {  // uniform over the block; the slice's columns moved with the lead
-            T* gs = reinterpret_cast<T*>(g_cache);
-            T* bs = reinterpret_cast<T*>(b_cache);
-            for (int i = tid; i < entries * N; i += threads) {
-                const int c = lo * N + i - lead;
-                const bool in = c >= 0 && c < cols;
-                gs[i] = in ? gamma[c] : bw::from_float<T>(0.0f);
-                if constexpr (!kRms) bs[i] = in ? beta[c] : bw::from_float<T>(0.0f);
-            }
-            held_lead = lead;
-        }
         const float k = kRms ? 0.0f : normk::row_shift(xr, cols);
         bw::tile::wait_copies();
         __syncthreads();
@@ -1459,21 +1451,28 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         PackT* ys = reinterpret_cast<PackT*>(yr - lead) + lo;
         for (int e = tid; e < entries; e += threads) {
             const int first = (lo + e) * N - lead;
-            float f[N], g[N], b[N], out[N];
-            normk::to_floats(cache[e], f);
-            normk::to_floats(g_cache[e], g);
-            if constexpr (!kRms) {
-                normk::to_floats(b_cache[e], b);
-#pragma unroll
-                for (int j = 0; j < N; ++j) f[j] -= shift;
-            }
-            normk::normalize<kRms, N>(f, rstd, offset, g, b, out);
             if (first >= 0 && first + N <= cols) {
-                normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
-            } else {  // an edge pack: only this row's elements
+                float f[N], g[N], b[N], out[N];
+                normk::to_floats(cache[e], f);
+                const unsigned gc = static_cast<unsigned>(first + g_lead);
+                normk::to_floats(bw::tile::load16_shifted(g_aligned, gc / N, gc % N), g);
+                if constexpr (!kRms) {
+                    const unsigned bc = static_cast<unsigned>(first + b_lead);
+                    normk::to_floats(bw::tile::load16_shifted(b_aligned, bc / N, bc % N), b);
 #pragma unroll
-                for (int j = 0; j < N; ++j) {
-                    if (first + j >= 0 && first + j < cols) yr[first + j] = bw::from_float<T>(out[j]);
+                    for (int j = 0; j < N; ++j) f[j] -= shift;
+                }
+                normk::normalize<kRms, N>(f, rstd, offset, g, b, out);
+                normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
+            } else {  // an edge pack (two a row): its elements in the row one at a time, as normalize does each
+                const T* xs_e = reinterpret_cast<const T*>(&cache[e]);
+#pragma unroll 1
+                for (int j = max(0, -first); j < min(N, cols - first); ++j) {
+                    const int c = first + j;
+                    const float v = bw::to_float(xs_e[j]);
+                    const float g = bw::to_float(gamma[c]);
+                    yr[c] = bw::from_float<T>(kRms ? v * rstd * g
+                                                   : fmaf(fmaf(v - shift, rstd, offset), g, bw::to_float(beta[c])));
                 }
             }
         }

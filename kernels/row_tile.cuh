@@ -164,5 +164,39 @@ __device__ __forceinline__ float group_allreduce(float v, int width) {
     return v;
 }
 
+// The 16 bytes of an array that start `shift` elements past its aligned 16-byte pack `p`
+// (0 <= shift < 16 / sizeof(T); `aligned` is 16-byte aligned): one load where shift is 0, else
+// packs p and p + 1 and their words funnel-shifted by the shift's bytes (selects on its bits, no
+// indexed registers). Pack p + 1 is read only where shift > 0, where the 16 bytes reach into it,
+// so nothing outside the packs that hold the requested elements is read. For arrays such as
+// gamma whose 16-byte boundaries fall elsewhere than the row's (norm.cu, norm_cluster).
+template <typename T>
+__device__ __forceinline__ Pack<T, 16 / sizeof(T)> load16_shifted(const T* __restrict__ aligned, int p, int shift) {
+    const uint4* packs = reinterpret_cast<const uint4*>(aligned) + p;
+    uint4 u = __ldg(packs);
+    if (shift != 0) {
+        const uint4 b = __ldg(packs + 1);
+        const unsigned w[8] = {u.x, u.y, u.z, u.w, b.x, b.y, b.z, b.w};
+        const int bytes = shift * static_cast<int>(sizeof(T));
+        const int words = bytes >> 2;
+        unsigned once[7], twice[5];
+#pragma unroll
+        for (int k = 0; k < 7; ++k) once[k] = (words & 1) ? w[k + 1] : w[k];
+#pragma unroll
+        for (int k = 0; k < 5; ++k) twice[k] = (words & 2) ? once[k + 2] : once[k];
+        if constexpr (sizeof(T) >= 4) {
+            u = make_uint4(twice[0], twice[1], twice[2], twice[3]);
+        } else {  // a half-word left over: 16 bits of the next word
+            const unsigned bits = (bytes & 3) * 8;
+            u = make_uint4(__funnelshift_r(twice[0], twice[1], bits), __funnelshift_r(twice[1], twice[2], bits),
+                           __funnelshift_r(twice[2], twice[3], bits), __funnelshift_r(twice[3], twice[4], bits));
+        }
+    }
+    Pack<T, 16 / sizeof(T)> out;
+    static_assert(sizeof(out) == sizeof(u), "a pack is 16 bytes");
+    memcpy(&out, &u, sizeof(u));
+    return out;
+}
+
 }  // namespace tile
 }  // namespace bw

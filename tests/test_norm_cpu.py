@@ -430,28 +430,32 @@ def test_cluster_slices_cover_the_span_and_fit_the_shared_memory(ctype):
     pack = norm.full_pack(ctype)
     for cols in (1, 2, pack - 1, pack + 1, 1023, 65519, 65536, 100003):
         for size in norm.CLUSTER_SIZES:
-            slice_bytes = norm.cluster_smem_bytes(cols, ctype, True, size)  # the slice and gamma: 32 bytes a pack
-            assert norm.cluster_smem_bytes(cols, ctype, False, size) == slice_bytes // 2 * 3
+            slice_bytes = norm.cluster_smem_bytes(cols, ctype, True, size)  # the slice of x: 16 bytes a pack
+            assert norm.cluster_smem_bytes(cols, ctype, False, size) == slice_bytes
             for lead in range(pack):
                 slices = cluster_slices(cols, lead, pack, size)
                 packs = [k for piece in slices for k in piece]
                 assert packs == list(range((lead + cols + pack - 1) // pack))  # each pack once, in rank order
-                assert max(len(piece) for piece in slices) * 32 <= slice_bytes
-            block = norm.cluster_block(cols, ctype, size)
-            assert block % 32 == 0 and 32 <= block <= 1024
-            assert -(-slice_bytes // 32) <= block * norm.CLUSTER_PACKS_PER_THREAD or block == 1024
+                assert max(len(piece) for piece in slices) * 16 <= slice_bytes
+            for packs_per_thread in norm.CLUSTER_PACKS_PER_THREAD:
+                block = norm.cluster_block(cols, ctype, size, packs_per_thread)
+                assert block % 32 == 0 and 32 <= block <= 1024
+                assert slice_bytes // 16 <= block * packs_per_thread or block == 1024
+                assert block == 32 or slice_bytes // 16 > (block - 32) * packs_per_thread  # the fewest threads
 
 
 def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():
     gpu, limit = FakeGPU(regs=32), 227 * 1024 - norm.STATIC_SMEM_MARGIN
-    # 65519 half columns (128 KiB): norm_span's row cache leaves one block an SM. Clusters of 4
-    # (32 KiB slices: x, gamma and beta 96 KiB, two blocks an SM) and 8 (four) come first; the
-    # span and cached tiers stay beside them, timed on first use.
+    # 65519 half columns (128 KiB): norm_span's row cache leaves one block an SM. Clusters of 2, 4
+    # and 8 (64, 32 and 16 KiB slices of x; gamma and beta read from global memory) come first;
+    # the span and cached tiers stay beside them, timed on first use.
     p = norm.plan(65519, "half_t", False, 1, gpu, limit, same_phase=True, clusters=True)
     split = [c for c in p.candidates if c.tier == "cluster"]
-    assert p.tier == "cluster" and [c.cluster for c in split] == [4, 8]
-    assert [c.kernel for c in split] == ["norm_cluster<half_t, false, 4>", "norm_cluster<half_t, false, 8>"]
-    assert all(c.grid_multiple == c.cluster * 8 and gpu(c.kernel, c.block, c.smem_bytes) >= 2 for c in split)
+    assert p.tier == "cluster" and list(dict.fromkeys(c.cluster for c in split)) == [2, 4, 8]
+    assert all(c.grid_multiple == c.cluster and gpu(c.kernel, c.block, c.smem_bytes) >= 2 for c in split)
+    # Each size in the blocks of 8, 4 and 16 packs a thread (eighths: 1024 packs, 128, 256 and 64 threads).
+    assert [c.block for c in split if c.cluster == 8] == [128, 256, 64]
+    assert len({(c.cluster, c.block) for c in split}) == len(split)
     assert {"span", "smem"} <= {c.tier for c in p.candidates}
     # No clusters (before sm_90), or x and y at different offsets: as before.
     assert not any(c.tier == "cluster" for c in norm.plan(65519, "half_t", False, 1, gpu, limit,
@@ -465,12 +469,14 @@ def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():
     for cols, pack in [(32768, 8), (30001, 1), (1023, 1)]:
         assert not any(c.tier == "cluster" for c in norm.plan(cols, "half_t", False, pack, gpu, limit,
                                                                same_phase=True, clusters=True).candidates)
-    # Rows whose slices leave no second block an SM even in clusters of 8 (float32, 100003
+    # Rows whose slices leave no second block an SM even in clusters of 8 (float32, 300007
     # columns: 150 KiB a block): the eighths that leave one, then the uncached tier.
-    p = norm.plan(100003, "float", False, 1, gpu, limit, same_phase=True, clusters=True)
-    assert (p.tier, p.cluster) == ("cluster", 8) and p.alternatives[0].tier == "uncached"
+    p = norm.plan(300_007, "float", False, 1, gpu, limit, same_phase=True, clusters=True)
+    others = [c for c in p.alternatives if c.tier != "cluster"]
+    assert (p.tier, p.cluster) == ("cluster", 8) and others[0].tier == "uncached"
+    assert {c.cluster for c in p.candidates if c.tier == "cluster"} == {8}
     # Longer than eighths can hold: no cluster.
-    assert norm.plan(400_000, "float", False, 1, gpu, limit, same_phase=True, clusters=True).tier == "uncached"
+    assert norm.plan(600_000, "float", False, 1, gpu, limit, same_phase=True, clusters=True).tier == "uncached"
 
 
 def test_forced_cluster_tier():

@@ -471,6 +471,13 @@ def test_every_span_rows_instantiation(dtype, rms):
             _check(out, x, gamma, beta, rms, f"{chosen.kernel} ({rows}, {cols}) with 7 blocks")
 
 
+def _past_boundary(t: torch.Tensor, k: int) -> torch.Tensor:
+    """The same values, `k` elements past the start of a fresh (16-byte aligned) allocation."""
+    held = torch.empty(t.numel() + k, device=t.device, dtype=t.dtype)
+    held[k:] = t
+    return held[k:]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or not _has_clusters(), reason="needs thread-block clusters (sm_90)")
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -478,7 +485,8 @@ def test_every_cluster_instantiation(dtype, rms):
     """Each norm_cluster kernel (2, 4 and 8 blocks a row) on long odd and whole-pack rows,
     mean-1e4 rows, rows whose shift is an outlier (the second exchange), rows shorter than a pack
     per block, with the launcher's grid and with three clusters striding over the rows (their rows
-    then start at different offsets: each block rewrites its shifted gamma and beta)."""
+    then start at different offsets); gamma and beta also 1 and 3 elements past a 16-byte boundary,
+    so every shift between their packs and the row's is read."""
     from bwbench.cuda import loader
 
     norm = _norm()
@@ -495,10 +503,13 @@ def test_every_cluster_instantiation(dtype, rms):
             x, gamma, beta = _inputs(rows, cols, dtype, rms, cancel)
             chosen = norm.NormPlan("cluster", norm.cluster_name(ctype, rms, size), pack,
                                    norm.cluster_block(cols, ctype, size), smem, 1, cluster=size,
-                                   grid_multiple=size * pack)
+                                   grid_multiple=size)
             loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), limit, 0)
             what = f"{chosen.kernel} ({rows}, {cols}, {cancel})"
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, what)
+            gamma_off, beta_off = _past_boundary(gamma, 1), _past_boundary(beta, 3)
+            _check(_launch_exactly(chosen, x, gamma_off, beta_off, rms), x, gamma_off, beta_off, rms,
+                   f"{what} with gamma and beta 1 and 3 elements past 16 bytes")
             out = _poisoned(x, rms)
             mean, rstd = (None, out[1]) if rms else (out[1], out[2])
             args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))

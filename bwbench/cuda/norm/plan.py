@@ -129,9 +129,11 @@ an SM loads, reduces and stores a row in turn, with nothing to overlap them); wh
 (LayerNorm rows past about 154000 half columns), those that leave one, whose slices still move in
 16-byte packs."""
 
-CLUSTER_PACKS_PER_THREAD = 4
-"""norm_cluster's block: the fewest threads (a multiple of 32, up to 1024) that give each thread at
-most this many packs of its slice."""
+CLUSTER_PACKS_PER_THREAD = (8, 4, 16)
+"""norm_cluster's blocks, each timed on first use: the fewest threads (a multiple of 32, up to
+1024) that give each thread at most this many packs of its slice. Fewer threads leave more blocks
+an SM within the register file (LayerNorm's instances take up to 56 registers a thread), which
+matters once the slice alone, not gamma and beta beside it, sets the shared memory."""
 
 SPAN_ROWS_CANDIDATES = 2
 """The tightest-fitting norm_span_rows shapes timed on first use (and the tightest of whole packs)."""
@@ -477,28 +479,31 @@ def cluster_slice_packs(cols: int, ctype: str, size: int) -> int:
 
 
 def cluster_smem_bytes(cols: int, ctype: str, rms: bool, size: int) -> int:
-    """Dynamic shared memory of norm_cluster: a block's slice, and gamma (and beta) over the same
-    columns."""
-    return cluster_slice_packs(cols, ctype, size) * 16 * (2 if rms else 3)
+    """Dynamic shared memory of norm_cluster: a block's slice of the row (gamma and beta are read
+    from global memory, so the slice alone sets how many blocks share an SM)."""
+    return cluster_slice_packs(cols, ctype, size) * 16
 
 
-def cluster_block(cols: int, ctype: str, size: int) -> int:
-    """Threads of a norm_cluster block: CLUSTER_PACKS_PER_THREAD packs a thread or fewer."""
-    return min(1024, max(32, -(-cluster_slice_packs(cols, ctype, size) // (CLUSTER_PACKS_PER_THREAD * 32)) * 32))
+def cluster_block(cols: int, ctype: str, size: int, packs_per_thread: int = CLUSTER_PACKS_PER_THREAD[0]) -> int:
+    """Threads of a norm_cluster block: `packs_per_thread` packs of the slice a thread or fewer."""
+    return min(1024, max(32, -(-cluster_slice_packs(cols, ctype, size) // (packs_per_thread * 32)) * 32))
 
 
 def cluster_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int,
                   min_blocks: int = CLUSTER_MIN_BLOCKS) -> list["NormPlan"]:
     """norm_cluster plans for a row of `cols` (any lead; x and y at the same one): each of
-    CLUSTER_SIZES whose slice fits and leaves `min_blocks` blocks an SM, the smallest cluster first.
-    Only for GPUs that launch clusters (the caller's question)."""
+    CLUSTER_SIZES whose slice fits, in each block of CLUSTER_PACKS_PER_THREAD that leaves
+    `min_blocks` blocks an SM; the smallest cluster first. Only for GPUs that launch clusters (the
+    caller's question)."""
     plans = []
     for size in CLUSTER_SIZES:
         smem = cluster_smem_bytes(cols, ctype, rms, size)
-        name, block = cluster_name(ctype, rms, size), cluster_block(cols, ctype, size)
-        if smem <= smem_limit and occupancy(name, block, smem) >= min_blocks:
-            plans.append(NormPlan("cluster", name, full_pack(ctype), block, smem, 1, cluster=size,
-                                  grid_multiple=size * full_pack(ctype)))
+        if smem > smem_limit:
+            continue
+        name = cluster_name(ctype, rms, size)
+        blocks = dict.fromkeys(cluster_block(cols, ctype, size, p) for p in CLUSTER_PACKS_PER_THREAD)
+        plans += [NormPlan("cluster", name, full_pack(ctype), block, smem, 1, cluster=size, grid_multiple=size)
+                  for block in blocks if occupancy(name, block, smem) >= min_blocks]
     return plans
 
 
