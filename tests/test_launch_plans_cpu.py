@@ -148,6 +148,36 @@ def test_norm_launcher_plans_a_shape_once(monkeypatch):
     assert launch._model(0, 65521, torch.float16, False, 1, None, None)[0].tier != "cluster"
 
 
+def test_norm_launcher_times_each_block_of_a_kernel(monkeypatch):
+    """A kernel offered in several blocks with the same grid (the cluster tier's packs a thread) is
+    timed in each, not folded into one."""
+    import types
+
+    from bwbench.cuda.norm import launch
+
+    for name, value in [("_MODELS", {}), ("_CHOSEN", {}), ("load", lambda source: FakeModule()),
+                        ("max_shared_memory_per_block", lambda device: 227 * 1024),
+                        ("max_active_blocks_per_sm", lambda kernel, threads, smem, device: 2),
+                        ("set_max_dynamic_shared_memory", lambda kernel, nbytes, device: None),
+                        ("_launches_clusters", lambda device: True)]:
+        monkeypatch.setattr(launch, name, value)
+    monkeypatch.setattr(launch.torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
+        multi_processor_count=132))
+    monkeypatch.setattr(launch.torch.cuda, "is_current_stream_capturing", lambda: False)
+    timed = []
+
+    def time_us(option, args, device):
+        timed.append((option.launch.kernel, option.plan.block))
+        return 1.0 if option.plan.block == 64 and option.plan.cluster == 8 else 2.0
+
+    monkeypatch.setattr(launch, "_time_us", time_us)
+    x = types.SimpleNamespace(device=types.SimpleNamespace(index=0), shape=(4096, 65519), dtype=torch.float16)
+    chosen = launch._tuned(x, False, 1, None, None, (1,), ())
+    eighths = [block for kernel, block in timed if kernel == "norm_cluster<half_t, false, 8>"]
+    assert sorted(eighths) == [64, 128, 256] and len(timed) == len(set(timed))
+    assert (chosen.plan.cluster, chosen.plan.block) == (8, 64)
+
+
 def test_permute_launch_is_planned_and_packed_once(monkeypatch):
     from bwbench.cuda.permute import launch
 

@@ -198,7 +198,7 @@ def _tuned(x: torch.Tensor, rms: bool, pack: int, tier, block, waves: tuple, arg
     if step is not None:
         return step
     model, module = _model(device, cols, x.dtype, rms, pack, tier, block, same_phase)
-    options = {(o.launch.kernel, o.grid): o
+    options = {(o.launch.kernel, o.grid, o.plan.block): o  # the block too: a kernel may be offered in several
                for o in (_with_grid(c, module, device, rows, w) for c in model.candidates for w in waves)}
     step = next(iter(options.values()))
     if len(options) > 1:
