@@ -1357,8 +1357,8 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // packs, element by element only in the span's two edge packs. gamma and beta are read from global
 // memory (L1, L2) in the store, each pack from the two aligned packs it straddles
 // (bw::tile::load16_shifted): a shifted copy in shared memory beside the slice, as norm_span_rows
-// keeps, tripled LayerNorm's bytes a block and left 48-64% of copy where the slice alone leaves
-// twice the blocks an SM. Clusters stride over the rows.
+// keeps, tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
+// Clusters stride over the rows.
 // =============================================================================================
 template <typename T, bool kRms, int C>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
