@@ -126,7 +126,7 @@ CLUSTER_SIZES = (2, 4, 8)
 CLUSTER_MIN_BLOCKS = 2
 """The cluster tier offers the sizes whose slices leave at least this many blocks an SM (one block
 an SM loads, reduces and stores a row in turn, with nothing to overlap them); where none does
-(LayerNorm rows past about 154000 half columns), those that leave one, whose slices still move in
+(rows past about 460000 half or 230000 float columns), those that leave one, whose slices still move in
 16-byte packs."""
 
 CLUSTER_PACKS_PER_THREAD = (8, 4, 16)
