@@ -212,9 +212,9 @@ def test_sixteen_byte_packs_compile_to_wide_accesses(filename: str, tmp_path: Pa
         assert not scalar, f"{filename}: 2-byte global accesses in 16-byte pack kernels: {scalar}"
 
 def test_cluster_stores_whole_packs(tmp_path: Path) -> None:
-    """norm_cluster copies its slice in 16-byte packs with cp.async and stores y in 16-byte
-    accesses; only the span's two edge packs, gamma and beta's shifted copy and LayerNorm's eight
-    samples of K move element by element."""
+    """norm_cluster copies its slice in 16-byte packs with cp.async, reads gamma and beta in packs
+    and stores y in 16-byte accesses; only the span's two edge packs (with their gamma and beta)
+    and LayerNorm's eight samples of K move element by element."""
     from bwbench.cuda.norm.plan import CLUSTER_SIZES, cluster_name
 
     nvcc = _nvcc()
