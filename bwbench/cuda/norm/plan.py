@@ -126,8 +126,8 @@ CLUSTER_SIZES = (2, 4, 8)
 CLUSTER_MIN_BLOCKS = 2
 """The cluster tier offers the sizes whose slices leave at least this many blocks an SM (one block
 an SM loads, reduces and stores a row in turn, with nothing to overlap them); where none does
-(rows past about 460000 half or 230000 float columns), those that leave one, whose slices still move in
-16-byte packs."""
+(rows past about 460000 half or 230000 float columns), those that leave one, whose slices still
+move in 16-byte packs."""
 
 CLUSTER_PACKS_PER_THREAD = (8, 4, 16)
 """norm_cluster's blocks, each timed on first use: the fewest threads (a multiple of 32, up to
@@ -632,7 +632,8 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     """
     row_bytes = cols * ITEMSIZE[ctype]
     if tier == "cluster":
-        found = cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1) if clusters and same_phase and block is None else []
+        runs = clusters and same_phase and block is None
+        found = cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1) if runs else []
         if not found:
             raise ValueError(f"the cluster tier needs a GPU that launches thread-block clusters, x and y at the same "
                              f"offset within 16 bytes, no forced block, and a slice of the row that fits in shared "
