@@ -164,38 +164,67 @@ __device__ __forceinline__ float group_allreduce(float v, int width) {
     return v;
 }
 
-// The 16 bytes of an array that start `shift` elements past its aligned 16-byte pack `p`
-// (0 <= shift < 16 / sizeof(T); `aligned` is 16-byte aligned): one load where shift is 0, else
-// packs p and p + 1 and their words funnel-shifted by the shift's bytes (selects on its bits, no
-// indexed registers). Pack p + 1 is read only where shift > 0, where the 16 bytes reach into it,
-// so nothing outside the packs that hold the requested elements is read. For arrays such as
-// gamma whose 16-byte boundaries fall elsewhere than the row's (norm.cu, norm_cluster).
+// Packs a and b (a's successor) funnel-shifted right by `bytes` (0 <= bytes < 16): the 16 bytes
+// from a's byte `bytes` on. Selects on the bits of the shift, no indexed registers.
 template <typename T>
-__device__ __forceinline__ Pack<T, 16 / sizeof(T)> load16_shifted(const T* __restrict__ aligned, int p, int shift) {
-    const uint4* packs = reinterpret_cast<const uint4*>(aligned) + p;
-    uint4 u = __ldg(packs);
-    if (shift != 0) {
-        const uint4 b = __ldg(packs + 1);
-        const unsigned w[8] = {u.x, u.y, u.z, u.w, b.x, b.y, b.z, b.w};
-        const int bytes = shift * static_cast<int>(sizeof(T));
-        const int words = bytes >> 2;
-        unsigned once[7], twice[5];
+__device__ __forceinline__ uint4 shift_pair16(const uint4& a, const uint4& b, int bytes) {
+    const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    const int words = bytes >> 2;
+    unsigned once[7], twice[5];
 #pragma unroll
-        for (int k = 0; k < 7; ++k) once[k] = (words & 1) ? w[k + 1] : w[k];
+    for (int k = 0; k < 7; ++k) once[k] = (words & 1) ? w[k + 1] : w[k];
 #pragma unroll
-        for (int k = 0; k < 5; ++k) twice[k] = (words & 2) ? once[k + 2] : once[k];
-        if constexpr (sizeof(T) >= 4) {
-            u = make_uint4(twice[0], twice[1], twice[2], twice[3]);
-        } else {  // a half-word left over: 16 bits of the next word
-            const unsigned bits = (bytes & 3) * 8;
-            u = make_uint4(__funnelshift_r(twice[0], twice[1], bits), __funnelshift_r(twice[1], twice[2], bits),
-                           __funnelshift_r(twice[2], twice[3], bits), __funnelshift_r(twice[3], twice[4], bits));
-        }
+    for (int k = 0; k < 5; ++k) twice[k] = (words & 2) ? once[k + 2] : once[k];
+    if constexpr (sizeof(T) >= 4) {
+        return make_uint4(twice[0], twice[1], twice[2], twice[3]);
+    } else {  // a half-word left over: 16 bits of the next word
+        const unsigned bits = (bytes & 3) * 8;
+        return make_uint4(__funnelshift_r(twice[0], twice[1], bits), __funnelshift_r(twice[1], twice[2], bits),
+                          __funnelshift_r(twice[2], twice[3], bits), __funnelshift_r(twice[3], twice[4], bits));
     }
+}
+
+template <typename T>
+__device__ __forceinline__ Pack<T, 16 / sizeof(T)> as_pack16(const uint4& u) {
     Pack<T, 16 / sizeof(T)> out;
     static_assert(sizeof(out) == sizeof(u), "a pack is 16 bytes");
     memcpy(&out, &u, sizeof(u));
     return out;
+}
+
+// The 16 bytes of an array that start `shift` elements past its aligned 16-byte pack `p`
+// (0 <= shift < 16 / sizeof(T); `aligned` is 16-byte aligned): one load where shift is 0, else
+// packs p and p + 1 shifted. Pack p + 1 is read only where shift > 0, behind a branch, so nothing
+// outside the packs that hold the requested elements is read. For one array whose 16-byte
+// boundaries fall elsewhere than the row's, with no other load to wait behind the branch (RMSNorm's
+// gamma in norm_cluster); two arrays take straddle16.
+template <typename T>
+__device__ __forceinline__ Pack<T, 16 / sizeof(T)> load16_shifted(const T* __restrict__ aligned, int p, int shift) {
+    const uint4* packs = reinterpret_cast<const uint4*>(aligned) + p;
+    uint4 u = __ldg(packs);
+    if (shift != 0) u = shift_pair16<T>(u, __ldg(packs + 1), shift * static_cast<int>(sizeof(T)));
+    return as_pack16<T>(u);
+}
+
+// load16_shifted's two packs, loaded with no branch between them (where shift is 0 the second load
+// reads pack p again, an L1 hit) and apart from their shift (shifted16), so that a caller of two
+// arrays issues all four loads before it waits on one: behind load16_shifted's branch, ptxas issued
+// the second array's loads only after the first's had arrived (LayerNorm's gamma and beta in
+// norm_cluster, docs/norm.md).
+struct Straddle {
+    uint4 lo, hi;
+    int shift_bytes;
+};
+
+template <typename T>
+__device__ __forceinline__ Straddle straddle16(const T* __restrict__ aligned, int p, int shift) {
+    const uint4* packs = reinterpret_cast<const uint4*>(aligned) + p;
+    return Straddle{__ldg(packs), __ldg(packs + (shift != 0)), shift * static_cast<int>(sizeof(T))};
+}
+
+template <typename T>
+__device__ __forceinline__ Pack<T, 16 / sizeof(T)> shifted16(const Straddle& s) {
+    return as_pack16<T>(shift_pair16<T>(s.lo, s.hi, s.shift_bytes));
 }
 
 }  // namespace tile
