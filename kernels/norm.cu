@@ -1355,13 +1355,17 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // same bits; LayerNorm takes a second exchange about the mean only where the first cancelled
 // (normk::row_moments' rule). Then each block normalizes its slice from shared memory and stores it in
 // packs, element by element only in the span's two edge packs. gamma and beta are read from global
-// memory (L1, L2) in the store, each pack from the two aligned packs it straddles
-// (bw::tile::load16_shifted): a shifted copy in shared memory beside the slice, as norm_span_rows
-// keeps, tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
+// memory (L1, L2) in the store, each pack from the two aligned packs it straddles (LayerNorm's two
+// arrays: bw::tile::straddle16 and shifted16, all four loads issued before any shift; RMSNorm's one:
+// load16_shifted): a shifted copy in shared memory beside the slice, as norm_span_rows keeps,
+// tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
 // Clusters stride over the rows.
 // =============================================================================================
+// LayerNorm's minimum of one block an SM lets ptxas keep gamma's and beta's four loads in flight at
+// once (48 registers, not 43 and its beta loads after gamma's had arrived); RMSNorm's one array keeps
+// its 32 registers without it, and eight blocks an SM where it took 40 (docs/norm.md).
 template <typename T, bool kRms, int C>
-__global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
+__global__ void __launch_bounds__(1024, kRms ? 0 : 1) BW_CLUSTER_DIMS(C)
 norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,
              float* __restrict__ mean_out, float* __restrict__ rstd_out, int rows, int cols, float eps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1413,7 +1417,8 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         const float k = kRms ? 0.0f : normk::row_shift(xr, cols);
         bw::tile::wait_copies();
         __syncthreads();
-        // f(v) for each of the row's elements in this thread's packs of the slice.
+        // f(v) for each of the row's elements in this thread's packs of the slice, whole packs apart
+        // from the two edge packs (a branch): RMSNorm's sum of squares.
         auto for_each = [&](auto&& f) {
             for (int e = tid; e < entries; e += threads) {
                 const int first = (lo + e) * N - lead;  // the column of the pack's element 0
@@ -1435,11 +1440,39 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             float2 ss = make_float2(0.0f, 0.0f);
             for_each([&](float v) { ss.x = fmaf(v, v, ss.x); });
             var = cluster_sum(ss).x / fcols;  // mean(x^2)
-        } else {  // every block has the same totals, so takes the same branch
-            const normk::RowMoments m = normk::row_moments(k, fcols, 0.0f, cluster_sum, for_each);
-            mean = m.mean;
-            var = m.var;
-            shift = m.shift;
+        } else {
+            // The sums of v - c and their squares over this thread's packs, exchanged: one loop that
+            // predicates each element, whole packs and the two edge packs alike (docs/norm.md).
+            auto sums_about = [&](float c) {
+                float2 part = make_float2(0.0f, 0.0f);
+                for (int e = tid; e < entries; e += threads) {
+                    const int first = (lo + e) * N - lead;
+                    const bool whole = first >= 0 && first + N <= cols;
+                    float v[N];
+                    normk::to_floats(cache[e], v);
+#pragma unroll
+                    for (int j = 0; j < N; ++j) {
+                        if (whole || (first + j >= 0 && first + j < cols)) {
+                            const float d = v[j] - c;
+                            part.x += d;
+                            part.y = fmaf(d, d, part.y);
+                        }
+                    }
+                }
+                return cluster_sum(part);
+            };
+            // normk::row_moments' rule, written out without its warp vote: every block of the cluster
+            // has the same totals, so takes the same branch.
+            const float2 sums = sums_about(k);
+            mean = sums.x / fcols;
+            const float squares = sums.y / fcols;
+            var = fmaxf(squares - mean * mean, 0.0f);
+            if (!(mean * mean <= 0.5f * squares)) {
+                shift = k + mean;
+                const float2 about = sums_about(shift);
+                mean = about.x / fcols;
+                var = fmaxf(about.y / fcols - mean * mean, 0.0f);
+            }
         }
         const float rstd = rsqrtf(var + eps);
         if (tid == 0 && rank == 0) {
@@ -1452,13 +1485,18 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         for (int e = tid; e < entries; e += threads) {
             const int first = (lo + e) * N - lead;
             if (first >= 0 && first + N <= cols) {
-                float f[N], g[N], b[N], out[N];
-                normk::to_floats(cache[e], f);
                 const unsigned gc = static_cast<unsigned>(first + g_lead);
-                normk::to_floats(bw::tile::load16_shifted(g_aligned, gc / N, gc % N), g);
-                if constexpr (!kRms) {
+                float f[N], g[N], b[N], out[N];
+                if constexpr (kRms) {
+                    normk::to_floats(cache[e], f);
+                    normk::to_floats(bw::tile::load16_shifted(g_aligned, gc / N, gc % N), g);
+                } else {  // gamma's and beta's loads all issued before the shifts wait on them
                     const unsigned bc = static_cast<unsigned>(first + b_lead);
-                    normk::to_floats(bw::tile::load16_shifted(b_aligned, bc / N, bc % N), b);
+                    const bw::tile::Straddle gs = bw::tile::straddle16(g_aligned, gc / N, gc % N);
+                    const bw::tile::Straddle bs = bw::tile::straddle16(b_aligned, bc / N, bc % N);
+                    normk::to_floats(cache[e], f);
+                    normk::to_floats(bw::tile::shifted16<T>(gs), g);
+                    normk::to_floats(bw::tile::shifted16<T>(bs), b);
 #pragma unroll
                     for (int j = 0; j < N; ++j) f[j] -= shift;
                 }
