@@ -316,6 +316,12 @@ struct Flag {
     static constexpr bool value = B;
 };
 
+// A compile-time count passed to a generic lambda (decltype(count)::value).
+template <int V>
+struct Count {
+    static constexpr int value = V;
+};
+
 // The largest offset LayerNorm's store folds its shift into (norm_span_rows): x * rstd + folded is
 // then off from (x - shift) * rstd + offset by at most half an ulp of 16 (1e-6), a tenth of the
 // float32 y tolerance's absolute part.
@@ -1349,16 +1355,20 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // another block an SM (65519 half columns: 128 KiB, where norm_span ran one block an SM and read
 // 11-20% of copy). C blocks of a thread-block cluster take a row, each its slice of the span of
 // aligned 16-byte packs that covers the row, copied into its shared memory with cp.async (the whole
-// slice in flight at once). Each block sums its slice (LayerNorm: x - K and its squares, K from
-// normk::row_shift; RMSNorm: the squares), posts the pair to every peer's mailbox
-// (cluster_mailbox.cuh) and adds the C pairs in rank order, so every block of the cluster holds the
-// same bits; LayerNorm takes a second exchange about the mean only where the first cancelled
-// (normk::row_moments' rule). Then each block normalizes its slice from shared memory and stores it in
-// packs, element by element only in the span's two edge packs. gamma and beta are read from global
-// memory (L1, L2) in the store, each pack from the two aligned packs it straddles (LayerNorm's two
-// arrays: bw::tile::straddle16 and shifted16, all four loads issued before any shift; RMSNorm's one:
-// load16_shifted): a shifted copy in shared memory beside the slice, as norm_span_rows keeps,
-// tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
+// slice in flight at once). The span's two edge packs are made neutral (the neighbouring rows'
+// elements set to K or 0, as norm_span_rows does), so every pack sums alike. Each block sums its
+// slice (LayerNorm: x - K and its squares, K from normk::row_shift; RMSNorm: the squares), posts
+// the pair to every peer's mailbox (cluster_mailbox.cuh) and adds the C pairs in rank order, so
+// every block of the cluster holds the same bits; LayerNorm takes a second exchange about the mean
+// only where the first cancelled (normk::row_moments' rule). Then each block normalizes its slice
+// from shared memory and stores it in packs, element by element only in the edge packs. gamma and
+// beta are read from global memory (L1, L2) in the store, each pack from the two aligned packs it
+// straddles (bw::tile::straddle16, all loads issued before any shift), shifted to the row's offset
+// within a pack (shifted16). That shift is the same at every pack of a row, so the store loop is
+// dispatched once a row on its whole words, and shifting a pack takes no selects, only a funnel
+// shift of a 16-bit type's half-word (gamma and beta at different offsets keep the shift at run
+// time). A shifted copy of gamma and beta in shared memory beside the slice, as norm_span_rows
+// keeps, tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
 // Clusters stride over the rows.
 // =============================================================================================
 // LayerNorm's minimum of one block an SM lets ptxas keep gamma's and beta's four loads in flight at
@@ -1416,47 +1426,41 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         for (int e = tid; e < entries; e += threads) bw::tile::copy16_async(&cache[e], &xs[e]);
         const float k = kRms ? 0.0f : normk::row_shift(xr, cols);
         bw::tile::wait_copies();
-        __syncthreads();
-        // f(v) for each of the row's elements in this thread's packs of the slice, whole packs apart
-        // from the two edge packs (a branch): RMSNorm's sum of squares.
-        auto for_each = [&](auto&& f) {
-            for (int e = tid; e < entries; e += threads) {
-                const int first = (lo + e) * N - lead;  // the column of the pack's element 0
-                float v[N];
-                normk::to_floats(cache[e], v);
-                if (first >= 0 && first + N <= cols) {
-#pragma unroll
-                    for (int j = 0; j < N; ++j) f(v[j]);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < N; ++j) {
-                        if (first + j >= 0 && first + j < cols) f(v[j]);
-                    }
-                }
-            }
+        // The span's edge packs made neutral, each by the thread that copied it: the neighbouring
+        // rows' elements set to K (LayerNorm: x - K is 0 there, the second exchange takes them out)
+        // or 0 (RMSNorm), so that every pack sums alike, with no test an element. The store writes
+        // only the row's elements.
+        const int tail = span * N - lead - cols;  // neighbours' elements after the row in its last pack
+        auto neutralize = [&](int e, int keep_lo, int keep_hi) {
+            PackT pack = cache[e];
+            normk::keep_only(pack, keep_lo, keep_hi, bw::from_float<T>(k));  // K is a value of T (row_shift)
+            cache[e] = pack;
         };
+        if (lead > 0 && lo == 0 && tid == 0) neutralize(0, lead, N);
+        if (tail > 0 && lo + entries == span && (entries - 1) % threads == tid) neutralize(entries - 1, 0, N - tail);
+        __syncthreads();
         float mean = 0.0f, var, shift = k;
         if constexpr (kRms) {
-            float2 ss = make_float2(0.0f, 0.0f);
-            for_each([&](float v) { ss.x = fmaf(v, v, ss.x); });
-            var = cluster_sum(ss).x / fcols;  // mean(x^2)
+            float ss = 0.0f;
+            for (int e = tid; e < entries; e += threads) {
+                float v[N];
+                normk::to_floats(cache[e], v);
+#pragma unroll
+                for (int j = 0; j < N; ++j) ss = fmaf(v[j], v[j], ss);
+            }
+            var = cluster_sum(make_float2(ss, 0.0f)).x / fcols;  // mean(x^2)
         } else {
-            // The sums of v - c and their squares over this thread's packs, exchanged: one loop that
-            // predicates each element, whole packs and the two edge packs alike (docs/norm.md).
+            // The sums of v - c and their squares over this thread's packs, exchanged.
             auto sums_about = [&](float c) {
                 float2 part = make_float2(0.0f, 0.0f);
                 for (int e = tid; e < entries; e += threads) {
-                    const int first = (lo + e) * N - lead;
-                    const bool whole = first >= 0 && first + N <= cols;
                     float v[N];
                     normk::to_floats(cache[e], v);
 #pragma unroll
                     for (int j = 0; j < N; ++j) {
-                        if (whole || (first + j >= 0 && first + j < cols)) {
-                            const float d = v[j] - c;
-                            part.x += d;
-                            part.y = fmaf(d, d, part.y);
-                        }
+                        const float d = v[j] - c;
+                        part.x += d;
+                        part.y = fmaf(d, d, part.y);
                     }
                 }
                 return cluster_sum(part);
@@ -1470,8 +1474,9 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             if (!(mean * mean <= 0.5f * squares)) {
                 shift = k + mean;
                 const float2 about = sums_about(shift);
-                mean = about.x / fcols;
-                var = fmaxf(about.y / fcols - mean * mean, 0.0f);
+                const float neutrals = static_cast<float>(lead + tail), off = k - shift;  // each neutral's x - c
+                mean = fmaf(-neutrals, off, about.x) / fcols;
+                var = fmaxf(fmaf(-neutrals * off, off, about.y) / fcols - mean * mean, 0.0f);
             }
         }
         const float rstd = rsqrtf(var + eps);
@@ -1480,39 +1485,73 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             if constexpr (!kRms) mean_out[row] = shift + mean;
         }
         const float offset = -mean * rstd;
+        // LayerNorm's y = (x - shift) * rstd + offset, as x * rstd + folded where `folded` is small
+        // (normk::kFoldedOffsetMax, as norm_span_rows does).
+        const float folded = fmaf(-shift, rstd, offset);
         T* yr = y + static_cast<i64>(row) * cols;
         PackT* ys = reinterpret_cast<PackT*>(yr - lead) + lo;
-        for (int e = tid; e < entries; e += threads) {
-            const int first = (lo + e) * N - lead;
-            if (first >= 0 && first + N <= cols) {
-                const unsigned gc = static_cast<unsigned>(first + g_lead);
-                float f[N], g[N], b[N], out[N];
-                if constexpr (kRms) {
-                    normk::to_floats(cache[e], f);
-                    normk::to_floats(bw::tile::load16_shifted(g_aligned, gc / N, gc % N), g);
-                } else {  // gamma's and beta's loads all issued before the shifts wait on them
-                    const unsigned bc = static_cast<unsigned>(first + b_lead);
-                    const bw::tile::Straddle gs = bw::tile::straddle16(g_aligned, gc / N, gc % N);
-                    const bw::tile::Straddle bs = bw::tile::straddle16(b_aligned, bc / N, bc % N);
-                    normk::to_floats(cache[e], f);
-                    normk::to_floats(bw::tile::shifted16<T>(gs), g);
-                    normk::to_floats(bw::tile::shifted16<T>(bs), b);
+        // gamma's and beta's offsets within a pack against the row's are the same at every pack of
+        // the row: the pack of a parameter under the row's pack lo + e is lo + e - borrow, shifted.
+        const int g_shift = (g_lead - lead + N) % N, g_borrow = g_lead < lead;
+        const int b_shift = (b_lead - lead + N) % N, b_borrow = b_lead < lead;
+        // The row's packs stored, the parameters' shift in whole words fixed at compile time
+        // (Words; dispatched once a row, so that shifting a pack takes no selects) or at run time
+        // where gamma and beta sit at different offsets.
+        auto store_slice = [&](auto fold, auto words) {
+            constexpr bool kFold = decltype(fold)::value;
+            constexpr int Words = decltype(words)::value;
+            for (int e = tid; e < entries; e += threads) {
+                const int first = (lo + e) * N - lead;
+                if (first >= 0 && first + N <= cols) {
+                    float f[N], g[N], b[N], out[N];
+                    if constexpr (kRms) {
+                        normk::to_floats(cache[e], f);
+                        const bw::tile::Straddle gs = bw::tile::straddle16(g_aligned, lo + e - g_borrow, g_shift);
+                        normk::to_floats(bw::tile::shifted16<T, Words>(gs), g);
+                    } else {  // gamma's and beta's loads all issued before the shifts wait on them
+                        const bw::tile::Straddle gs = bw::tile::straddle16(g_aligned, lo + e - g_borrow, g_shift);
+                        const bw::tile::Straddle bs = bw::tile::straddle16(b_aligned, lo + e - b_borrow, b_shift);
+                        normk::to_floats(cache[e], f);
+                        normk::to_floats(bw::tile::shifted16<T, Words>(gs), g);
+                        normk::to_floats(bw::tile::shifted16<T, Words>(bs), b);
+                        if constexpr (!kFold) {
 #pragma unroll
-                    for (int j = 0; j < N; ++j) f[j] -= shift;
-                }
-                normk::normalize<kRms, N>(f, rstd, offset, g, b, out);
-                normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
-            } else {  // an edge pack (two a row): its elements in the row one at a time, as normalize does each
-                const T* xs_e = reinterpret_cast<const T*>(&cache[e]);
+                            for (int j = 0; j < N; ++j) f[j] -= shift;
+                        }
+                    }
+                    normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
+                    normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
+                } else {  // an edge pack (two a row): its elements in the row one at a time, as normalize does each
+                    const T* xs_e = reinterpret_cast<const T*>(&cache[e]);
 #pragma unroll 1
-                for (int j = max(0, -first); j < min(N, cols - first); ++j) {
-                    const int c = first + j;
-                    const float v = bw::to_float(xs_e[j]);
-                    const float g = bw::to_float(gamma[c]);
-                    yr[c] = bw::from_float<T>(kRms ? v * rstd * g
-                                                   : fmaf(fmaf(v - shift, rstd, offset), g, bw::to_float(beta[c])));
+                    for (int j = max(0, -first); j < min(N, cols - first); ++j) {
+                        const int c = first + j;
+                        const float v = bw::to_float(xs_e[j]);
+                        const float g = bw::to_float(gamma[c]);
+                        yr[c] = bw::from_float<T>(
+                            kRms ? v * rstd * g
+                                 : fmaf(kFold ? fmaf(v, rstd, folded) : fmaf(v - shift, rstd, offset), g,
+                                        bw::to_float(beta[c])));
+                    }
                 }
             }
+        };
+        auto store_with = [&](auto fold) {
+            if (!kRms && g_shift != b_shift) {
+                store_slice(fold, normk::Count<bw::tile::kWordsAtRunTime>{});
+                return;
+            }
+            switch (g_shift * static_cast<int>(sizeof(T)) / 4) {
+                case 0: store_slice(fold, normk::Count<0>{}); break;
+                case 1: store_slice(fold, normk::Count<1>{}); break;
+                case 2: store_slice(fold, normk::Count<2>{}); break;
+                default: store_slice(fold, normk::Count<3>{}); break;
+            }
+        };
+        if (!kRms && fabsf(folded) <= normk::kFoldedOffsetMax) {
+            store_with(normk::Flag<true>{});
+        } else {
+            store_with(normk::Flag<false>{});
         }
         __syncthreads();  // the next row's copies overwrite the cache
     }

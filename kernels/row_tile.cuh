@@ -164,17 +164,29 @@ __device__ __forceinline__ float group_allreduce(float v, int width) {
     return v;
 }
 
+// A shift's whole 32-bit words, fixed at compile time, or kWordsAtRunTime.
+constexpr int kWordsAtRunTime = -1;
+
 // Packs a and b (a's successor) funnel-shifted right by `bytes` (0 <= bytes < 16): the 16 bytes
-// from a's byte `bytes` on. Selects on the bits of the shift, no indexed registers.
-template <typename T>
+// from a's byte `bytes` on. Selects on the bits of the shift, no indexed registers; where the
+// caller knows the shift's whole words at compile time (Words = bytes / 4, the same at every pack
+// of a loop that it dispatches once), none: only a half-word of a 16-bit type is left to run time.
+template <typename T, int Words = kWordsAtRunTime>
 __device__ __forceinline__ uint4 shift_pair16(const uint4& a, const uint4& b, int bytes) {
+    static_assert(Words >= kWordsAtRunTime && Words < 4, "a shift of 0 to 3 whole words");
     const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    const int words = bytes >> 2;
-    unsigned once[7], twice[5];
+    unsigned twice[5];
+    if constexpr (Words != kWordsAtRunTime) {
 #pragma unroll
-    for (int k = 0; k < 7; ++k) once[k] = (words & 1) ? w[k + 1] : w[k];
+        for (int k = 0; k < 5; ++k) twice[k] = w[k + Words];
+    } else {
+        const int words = bytes >> 2;
+        unsigned once[7];
 #pragma unroll
-    for (int k = 0; k < 5; ++k) twice[k] = (words & 2) ? once[k + 2] : once[k];
+        for (int k = 0; k < 7; ++k) once[k] = (words & 1) ? w[k + 1] : w[k];
+#pragma unroll
+        for (int k = 0; k < 5; ++k) twice[k] = (words & 2) ? once[k + 2] : once[k];
+    }
     if constexpr (sizeof(T) >= 4) {
         return make_uint4(twice[0], twice[1], twice[2], twice[3]);
     } else {  // a half-word left over: 16 bits of the next word
@@ -193,24 +205,12 @@ __device__ __forceinline__ Pack<T, 16 / sizeof(T)> as_pack16(const uint4& u) {
 }
 
 // The 16 bytes of an array that start `shift` elements past its aligned 16-byte pack `p`
-// (0 <= shift < 16 / sizeof(T); `aligned` is 16-byte aligned): one load where shift is 0, else
-// packs p and p + 1 shifted. Pack p + 1 is read only where shift > 0, behind a branch, so nothing
-// outside the packs that hold the requested elements is read. For one array whose 16-byte
-// boundaries fall elsewhere than the row's, with no other load to wait behind the branch (RMSNorm's
-// gamma in norm_cluster); two arrays take straddle16.
-template <typename T>
-__device__ __forceinline__ Pack<T, 16 / sizeof(T)> load16_shifted(const T* __restrict__ aligned, int p, int shift) {
-    const uint4* packs = reinterpret_cast<const uint4*>(aligned) + p;
-    uint4 u = __ldg(packs);
-    if (shift != 0) u = shift_pair16<T>(u, __ldg(packs + 1), shift * static_cast<int>(sizeof(T)));
-    return as_pack16<T>(u);
-}
-
-// load16_shifted's two packs, loaded with no branch between them (where shift is 0 the second load
-// reads pack p again, an L1 hit) and apart from their shift (shifted16), so that a caller of two
-// arrays issues all four loads before it waits on one: behind load16_shifted's branch, ptxas issued
-// the second array's loads only after the first's had arrived (LayerNorm's gamma and beta in
-// norm_cluster, docs/norm.md).
+// (0 <= shift < 16 / sizeof(T); `aligned` is 16-byte aligned), in two steps: straddle16 loads packs
+// p and p + 1 with no branch between them (where shift is 0 the second load reads pack p again, an
+// L1 hit, so nothing outside the packs that hold the elements is read), shifted16 shifts them. A
+// caller of two arrays issues all four loads before it waits on one: a second load behind a branch
+// on the shift was issued only after the other array's loads had arrived (LayerNorm's gamma and
+// beta in norm_cluster, docs/norm.md).
 struct Straddle {
     uint4 lo, hi;
     int shift_bytes;
@@ -222,9 +222,9 @@ __device__ __forceinline__ Straddle straddle16(const T* __restrict__ aligned, in
     return Straddle{__ldg(packs), __ldg(packs + (shift != 0)), shift * static_cast<int>(sizeof(T))};
 }
 
-template <typename T>
+template <typename T, int Words = kWordsAtRunTime>
 __device__ __forceinline__ Pack<T, 16 / sizeof(T)> shifted16(const Straddle& s) {
-    return as_pack16<T>(shift_pair16<T>(s.lo, s.hi, s.shift_bytes));
+    return as_pack16<T>(shift_pair16<T, Words>(s.lo, s.hi, s.shift_bytes));
 }
 
 }  // namespace tile

@@ -485,8 +485,9 @@ def test_every_cluster_instantiation(dtype, rms):
     """Each norm_cluster kernel (2, 4 and 8 blocks a row) on long odd and whole-pack rows,
     mean-1e4 rows, rows whose shift is an outlier (the second exchange), rows shorter than a pack
     per block, with the launcher's grid and with three clusters striding over the rows (their rows
-    then start at different offsets); gamma and beta also 1 and 3 elements past a 16-byte boundary,
-    so every shift between their packs and the row's is read."""
+    then start at different offsets); gamma and beta also 1 and 3, then both 3 elements past a
+    16-byte boundary, so every shift between their packs and the row's is read, apart (shifted at
+    run time) and together (the shift's words fixed at compile time)."""
     from bwbench.cuda import loader
 
     norm = _norm()
@@ -507,9 +508,10 @@ def test_every_cluster_instantiation(dtype, rms):
             loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), limit, 0)
             what = f"{chosen.kernel} ({rows}, {cols}, {cancel})"
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, what)
-            gamma_off, beta_off = _past_boundary(gamma, 1), _past_boundary(beta, 3)
-            _check(_launch_exactly(chosen, x, gamma_off, beta_off, rms), x, gamma_off, beta_off, rms,
-                   f"{what} with gamma and beta 1 and 3 elements past 16 bytes")
+            for g_past, b_past in [(1, 3), (3, 3)]:  # their shifts apart, then together
+                gamma_off, beta_off = _past_boundary(gamma, g_past), _past_boundary(beta, b_past)
+                _check(_launch_exactly(chosen, x, gamma_off, beta_off, rms), x, gamma_off, beta_off, rms,
+                       f"{what} with gamma and beta {g_past} and {b_past} elements past 16 bytes")
             out = _poisoned(x, rms)
             mean, rstd = (None, out[1]) if rms else (out[1], out[2])
             args = (x, gamma, beta, out[0], mean, rstd, np.int32(rows), np.int32(cols), np.float32(EPS))
