@@ -1436,8 +1436,10 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             normk::keep_only(pack, keep_lo, keep_hi, bw::from_float<T>(k));  // K is a value of T (row_shift)
             cache[e] = pack;
         };
-        if (lead > 0 && lo == 0 && tid == 0) neutralize(0, lead, N);
-        if (tail > 0 && lo + entries == span && (entries - 1) % threads == tid) neutralize(entries - 1, 0, N - tail);
+        const bool head_here = lead > 0 && lo == 0 && entries > 0;          // this slice holds an edge pack
+        const bool tail_here = tail > 0 && lo + entries == span && entries > 0;
+        if (head_here && tid == 0) neutralize(0, lead, N);
+        if (tail_here && (entries - 1) % threads == tid) neutralize(entries - 1, 0, N - tail);
         __syncthreads();
         float mean = 0.0f, var, shift = k;
         if constexpr (kRms) {
@@ -1500,41 +1502,57 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         auto store_slice = [&](auto fold, auto words) {
             constexpr bool kFold = decltype(fold)::value;
             constexpr int Words = decltype(words)::value;
-            for (int e = tid; e < entries; e += threads) {
-                const int first = (lo + e) * N - lead;
-                if (first >= 0 && first + N <= cols) {
-                    float f[N], g[N], b[N], out[N];
-                    if constexpr (kRms) {
-                        normk::to_floats(cache[e], f);
-                        const bw::tile::Straddle gs = bw::tile::straddle16(g_aligned, lo + e - g_borrow, g_shift);
-                        normk::to_floats(bw::tile::shifted16<T, Words>(gs), g);
-                    } else {  // gamma's and beta's loads all issued before the shifts wait on them
-                        const bw::tile::Straddle gs = bw::tile::straddle16(g_aligned, lo + e - g_borrow, g_shift);
-                        const bw::tile::Straddle bs = bw::tile::straddle16(b_aligned, lo + e - b_borrow, b_shift);
-                        normk::to_floats(cache[e], f);
-                        normk::to_floats(bw::tile::shifted16<T, Words>(gs), g);
-                        normk::to_floats(bw::tile::shifted16<T, Words>(bs), b);
-                        if constexpr (!kFold) {
+            struct Params {
+                bw::tile::Straddle g, b;
+            };
+            auto fetch = [&](int e) {  // gamma's and beta's loads, issued before any shift waits on them
+                Params p;
+                p.g = bw::tile::straddle16(g_aligned, lo + e - g_borrow, g_shift);
+                if constexpr (!kRms) p.b = bw::tile::straddle16(b_aligned, lo + e - b_borrow, b_shift);
+                return p;
+            };
+            auto finish = [&](int e, const Params& p) {
+                float f[N], g[N], b[N], out[N];
+                normk::to_floats(cache[e], f);
+                normk::to_floats(bw::tile::shifted16<T, Words>(p.g), g);
+                if constexpr (!kRms) {
+                    normk::to_floats(bw::tile::shifted16<T, Words>(p.b), b);
+                    if constexpr (!kFold) {
 #pragma unroll
-                            for (int j = 0; j < N; ++j) f[j] -= shift;
-                        }
-                    }
-                    normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
-                    normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
-                } else {  // an edge pack (two a row): its elements in the row one at a time, as normalize does each
-                    const T* xs_e = reinterpret_cast<const T*>(&cache[e]);
-#pragma unroll 1
-                    for (int j = max(0, -first); j < min(N, cols - first); ++j) {
-                        const int c = first + j;
-                        const float v = bw::to_float(xs_e[j]);
-                        const float g = bw::to_float(gamma[c]);
-                        yr[c] = bw::from_float<T>(
-                            kRms ? v * rstd * g
-                                 : fmaf(kFold ? fmaf(v, rstd, folded) : fmaf(v - shift, rstd, offset), g,
-                                        bw::to_float(beta[c])));
+                        for (int j = 0; j < N; ++j) f[j] -= shift;
                     }
                 }
+                normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
+                normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
+            };
+            // The whole packs, two a thread at a time so that both packs' parameter loads are in flight
+            // together; the span's edge packs apart.
+            const int e_first = head_here;
+            const int e_stop = tail_here ? entries - 1 : entries;
+            int e = e_first + tid;
+            for (; e + threads < e_stop; e += 2 * threads) {
+                const Params p0 = fetch(e), p1 = fetch(e + threads);
+                finish(e, p0);
+                finish(e + threads, p1);
             }
+            if (e < e_stop) finish(e, fetch(e));
+            // An edge pack: its elements in the row one at a time, as normalize does each.
+            auto store_edge = [&](int e) {
+                const int first = (lo + e) * N - lead;
+                const T* xs_e = reinterpret_cast<const T*>(&cache[e]);
+#pragma unroll 1
+                for (int j = max(0, -first); j < min(N, cols - first); ++j) {
+                    const int c = first + j;
+                    const float v = bw::to_float(xs_e[j]);
+                    const float g = bw::to_float(gamma[c]);
+                    yr[c] = bw::from_float<T>(
+                        kRms ? v * rstd * g
+                             : fmaf(kFold ? fmaf(v, rstd, folded) : fmaf(v - shift, rstd, offset), g,
+                                    bw::to_float(beta[c])));
+                }
+            };
+            if (head_here && tid == 0) store_edge(0);
+            if (tail_here && tid == threads - 1 && !(head_here && entries == 1)) store_edge(entries - 1);  // not the head's
         };
         auto store_with = [&](auto fold) {
             if (!kRms && g_shift != b_shift) {
