@@ -430,8 +430,7 @@ def test_cluster_slices_cover_the_span_and_fit_the_shared_memory(ctype):
     pack = norm.full_pack(ctype)
     for cols in (1, 2, pack - 1, pack + 1, 1023, 65519, 65536, 100003):
         for size in norm.CLUSTER_SIZES:
-            slice_bytes = norm.cluster_smem_bytes(cols, ctype, True, size)  # the slice of x: 16 bytes a pack
-            assert norm.cluster_smem_bytes(cols, ctype, False, size) == slice_bytes
+            slice_bytes = norm.cluster_smem_bytes(cols, ctype, size)  # the slice of x: 16 bytes a pack
             for lead in range(pack):
                 slices = cluster_slices(cols, lead, pack, size)
                 packs = [k for piece in slices for k in piece]
@@ -442,6 +441,46 @@ def test_cluster_slices_cover_the_span_and_fit_the_shared_memory(ctype):
                 assert block % 32 == 0 and 32 <= block <= 1024
                 assert slice_bytes // 16 <= block * packs_per_thread or block == 1024
                 assert block == 32 or slice_bytes // 16 > (block - 32) * packs_per_thread  # the fewest threads
+
+
+def cluster_stores(cols: int, lead: int, pack: int, size: int, threads: int) -> list[int]:
+    """The packs of a row's span norm_cluster's store writes, one entry a write (kernels/norm.cu's
+    arithmetic): each block's whole packs two a thread at a time and the rest one, then the span's
+    edge packs by one thread each."""
+    span = (lead + cols + pack - 1) // pack
+    tail = span * pack - lead - cols
+    stored = []
+    for piece in cluster_slices(cols, lead, pack, size):
+        lo, entries = piece.start, len(piece)
+        head_here = lead > 0 and lo == 0 and entries > 0
+        tail_here = tail > 0 and lo + entries == span and entries > 0
+        e_stop = entries - 1 if tail_here else entries
+        for tid in range(threads):
+            e = int(head_here) + tid
+            while e + threads < e_stop:
+                stored += [lo + e, lo + e + threads]
+                e += 2 * threads
+            if e < e_stop:
+                stored.append(lo + e)
+            if head_here and tid == 0:
+                stored.append(lo)
+            if tail_here and tid == threads - 1 and not (head_here and entries == 1):
+                stored.append(lo + entries - 1)
+    return stored
+
+
+@pytest.mark.parametrize("ctype", ["half_t", "float"])
+def test_cluster_store_writes_every_pack_of_the_span_once(ctype):
+    """Whole packs in pairs, edge packs apart, slices with no packs (rows shorter than a pack a
+    block) included: every pack of the span written by exactly one thread, none outside it."""
+    pack = norm.full_pack(ctype)
+    for cols in (1, 2, pack - 1, pack, pack + 1, 3 * pack + 1, 1023, 40001):
+        for size in norm.CLUSTER_SIZES:
+            for threads in {32, 64, norm.cluster_block(cols, ctype, size)}:
+                for lead in range(pack):
+                    span = (lead + cols + pack - 1) // pack
+                    assert sorted(cluster_stores(cols, lead, pack, size, threads)) == list(range(span)), \
+                        (cols, size, threads, lead)
 
 
 def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():

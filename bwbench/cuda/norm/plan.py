@@ -132,7 +132,7 @@ move in 16-byte packs."""
 CLUSTER_PACKS_PER_THREAD = (8, 4, 16)
 """norm_cluster's blocks, each timed on first use: the fewest threads (a multiple of 32, up to
 1024) that give each thread at most this many packs of its slice. Fewer threads leave more blocks
-an SM within the register file (LayerNorm's instances take up to 56 registers a thread), which
+an SM within the register file (LayerNorm's instances take up to 64 registers a thread), which
 matters once the slice alone, not gamma and beta beside it, sets the shared memory."""
 
 SPAN_ROWS_CANDIDATES = 2
@@ -478,7 +478,7 @@ def cluster_slice_packs(cols: int, ctype: str, size: int) -> int:
     return -(-span_packs_max(cols, full_pack(ctype)) // size)
 
 
-def cluster_smem_bytes(cols: int, ctype: str, rms: bool, size: int) -> int:
+def cluster_smem_bytes(cols: int, ctype: str, size: int) -> int:
     """Dynamic shared memory of norm_cluster: a block's slice of the row (gamma and beta are read
     from global memory, so the slice alone sets how many blocks share an SM)."""
     return cluster_slice_packs(cols, ctype, size) * 16
@@ -497,7 +497,7 @@ def cluster_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem
     caller's question)."""
     plans = []
     for size in CLUSTER_SIZES:
-        smem = cluster_smem_bytes(cols, ctype, rms, size)
+        smem = cluster_smem_bytes(cols, ctype, size)
         if smem > smem_limit:
             continue
         name = cluster_name(ctype, rms, size)
