@@ -1371,9 +1371,11 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // keeps, tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
 // Clusters stride over the rows.
 // =============================================================================================
-// LayerNorm's minimum of one block an SM lets ptxas keep gamma's and beta's four loads in flight at
-// once (48 registers, not 43 and its beta loads after gamma's had arrived); RMSNorm's one array keeps
-// its 32 registers without it, and eight blocks an SM where it took 40 (docs/norm.md).
+// LayerNorm's minimum of one block an SM lets ptxas keep gamma's and beta's loads in flight at once
+// (with one pack a thread: 48 registers, not 43 and its beta loads after gamma's had arrived; with
+// two packs a thread: 56 in 16 bits and 64 in float32, where without it ptxas held the 16-bit
+// instances to 32); RMSNorm's one array keeps its 32 registers without it, and eight blocks an SM
+// where it took 40 (docs/norm.md).
 template <typename T, bool kRms, int C>
 __global__ void __launch_bounds__(1024, kRms ? 0 : 1) BW_CLUSTER_DIMS(C)
 norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,
