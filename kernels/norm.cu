@@ -1443,45 +1443,26 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         if (head_here && tid == 0) neutralize(0, lead, N);
         if (tail_here && (entries - 1) % threads == tid) neutralize(entries - 1, 0, N - tail);
         __syncthreads();
-        float mean = 0.0f, var, shift = k;
-        if constexpr (kRms) {
-            float ss = 0.0f;
+        // f(v) for every value of this thread's packs of the slice, neutral ones included.
+        auto for_each = [&](auto&& f) {
             for (int e = tid; e < entries; e += threads) {
                 float v[N];
                 normk::to_floats(cache[e], v);
 #pragma unroll
-                for (int j = 0; j < N; ++j) ss = fmaf(v[j], v[j], ss);
+                for (int j = 0; j < N; ++j) f(v[j]);
             }
+        };
+        float mean = 0.0f, var, shift = k;
+        if constexpr (kRms) {
+            float ss = 0.0f;
+            for_each([&](float v) { ss = fmaf(v, v, ss); });
             var = cluster_sum(make_float2(ss, 0.0f)).x / fcols;  // mean(x^2)
-        } else {
-            // The sums of v - c and their squares over this thread's packs, exchanged.
-            auto sums_about = [&](float c) {
-                float2 part = make_float2(0.0f, 0.0f);
-                for (int e = tid; e < entries; e += threads) {
-                    float v[N];
-                    normk::to_floats(cache[e], v);
-#pragma unroll
-                    for (int j = 0; j < N; ++j) {
-                        const float d = v[j] - c;
-                        part.x += d;
-                        part.y = fmaf(d, d, part.y);
-                    }
-                }
-                return cluster_sum(part);
-            };
-            // normk::row_moments' rule, written out without its warp vote: every block of the cluster
-            // has the same totals, so takes the same branch.
-            const float2 sums = sums_about(k);
-            mean = sums.x / fcols;
-            const float squares = sums.y / fcols;
-            var = fmaxf(squares - mean * mean, 0.0f);
-            if (!(mean * mean <= 0.5f * squares)) {
-                shift = k + mean;
-                const float2 about = sums_about(shift);
-                const float neutrals = static_cast<float>(lead + tail), off = k - shift;  // each neutral's x - c
-                mean = fmaf(-neutrals, off, about.x) / fcols;
-                var = fmaxf(fmaf(-neutrals * off, off, about.y) / fcols - mean * mean, 0.0f);
-            }
+        } else {  // every block of the cluster holds the same totals, so takes the same branch
+            const normk::RowMoments m =
+                normk::row_moments(k, fcols, static_cast<float>(lead + tail), cluster_sum, for_each);
+            mean = m.mean;
+            var = m.var;
+            shift = m.shift;
         }
         const float rstd = rsqrtf(var + eps);
         if (tid == 0 && rank == 0) {
