@@ -898,6 +898,10 @@ __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
 softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows, int cols) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     typedef Pack<T, P> PackT;
+    // float32 softmax keeps exp(x - m) where x was (held or cached): its accurate expf is then
+    // taken once an element, not again in the store, which only scales. 16-bit packs would round
+    // the exp to 16 bits; log-softmax's store takes no exp.
+    constexpr bool kKeepExp = Algo == bw::smx::kSoftmax && sizeof(T) == 4;
     extern __shared__ __align__(16) unsigned char softmax_smem[];
     PackT* cache = reinterpret_cast<PackT*>(softmax_smem);  // entry e >= R blockDim at cache[e - R blockDim]
     __shared__ bw::cluster::Mailbox<float2, C> box;
@@ -925,36 +929,51 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         for (int e = cached_from + tid; e < entries; e += bs)
             bw::smx::copy_pack<T, P>(&cache[e - cached_from], xr, span, lo + e, bw::neg_inf());
         if (tid == 0) bw::cluster::expect(box, round);
-        MD md = bw::smx::md_identity();
+        // The slice's max first, then its sum of exp(x - m): two passes over the cache instead of
+        // the online rescale a pack, and one max for the whole block, so the partials merge with
+        // plain additions.
+        PackT top = bw::smx::pack_fill<T, P>(bw::neg_inf());
 #pragma unroll
-        for (int j = 0; j < R; ++j) {
-            float f[P];
-            bw::smx::unpack(held[j], f);
-            md = bw::smx::md_add<T, P>(md, f);
-        }
+        for (int j = 0; j < R; ++j) top = bw::smx::max_packs<T, P>(top, held[j]);
         bw::tile::wait_copies();
-        for (int e = cached_from + tid; e < entries; e += bs) {
+        for (int e = cached_from + tid; e < entries; e += bs)
+            top = bw::smx::max_packs<T, P>(top, cache[e - cached_from]);
+        const float m = bw::block_allreduce<bw::MaxOp>(bw::smx::pack_max<T, P>(top));
+        const float shift = m == bw::neg_inf() ? 0.0f : m;  // a slice of -inf (or none) sums to 0
+        float d = 0.0f;
+        auto add_exps = [&](PackT& v) {
             float f[P];
-            bw::smx::unpack(cache[e - cached_from], f);
-            md = bw::smx::md_add<T, P>(md, f);
-        }
-        md = bw::smx::block_allreduce_md<T>(md);
+            bw::smx::unpack(v, f);
+#pragma unroll
+            for (int i = 0; i < P; ++i) {
+                f[i] = bw::smx::fast_exp<T>(f[i] - shift);
+                d += f[i];
+            }
+            if constexpr (kKeepExp) v = bw::smx::pack_from<T, P>(f);
+        };
+#pragma unroll
+        for (int j = 0; j < R; ++j) add_exps(held[j]);
+        for (int e = cached_from + tid; e < entries; e += bs) add_exps(cache[e - cached_from]);
+        d = bw::block_allreduce<bw::SumOp>(d);
         if (!peers_ready) {
             bw::cluster::wait_peers_ready();
             peers_ready = true;
         }
-        if (tid < C) bw::cluster::post(box, round, rank, tid, make_float2(md.m, md.d));
-        const float2* parts = bw::cluster::wait(box, round);
-        MD total = bw::smx::md_identity();
-#pragma unroll
-        for (int r = 0; r < C; ++r) total = bw::smx::md_merge<T>(total, MD{parts[r].x, parts[r].y});
-        const float k_row = Forward<Algo, T>::finish(total.d);
+        if (tid < C) bw::cluster::post(box, round, rank, tid, make_float2(m, d));
+        // The row's (max, sum) from the C parts, part r in lane r of each group of C lanes.
+        const float2 part = bw::cluster::wait(box, round)[tid % C];
+        const float row_max = bw::warp_allreduce<bw::MaxOp, C>(part.x);
+        const float row_sum = bw::warp_allreduce<bw::SumOp, C>(part.y * bw::smx::md_scale<T>(part.x, row_max));
+        const float k_row = Forward<Algo, T>::finish(row_sum);
+        // kKeepExp: the cache holds exp(x - m); exp(m - row_max) / row_sum turns it into y.
+        const float scale = kKeepExp ? bw::smx::md_scale<T>(m, row_max) * k_row : 0.0f;
         T* yr = bw::smx::row_at(y, row, y_stride);
         auto store = [&](int e, const PackT& v) {
             float f[P];
             bw::smx::unpack(v, f);
 #pragma unroll
-            for (int i = 0; i < P; ++i) f[i] = Forward<Algo, T>::apply(f[i], total.m, k_row);
+            for (int i = 0; i < P; ++i)
+                f[i] = kKeepExp ? f[i] * scale : Forward<Algo, T>::apply(f[i], row_max, k_row);
             bw::smx::store_any<T, P>(yr, span, lo + e, bw::smx::pack_from<T, P>(f));
         };
 #pragma unroll
