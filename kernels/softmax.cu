@@ -847,7 +847,8 @@ softmax_grad_partial(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 // memory, loaded with cp.async (every load of the slice in flight at once, no registers held);
 // each block posts its (m, d), or the backward's sum, into every peer's mailbox in distributed
 // shared memory and waits for its own (cluster_mailbox.cuh), then writes its slice from its
-// cache. The row crosses DRAM once each way, as in the shared-memory tier, but a block holds 1/C
+// cache. The forward takes its slice's max and then its sum of exp(x - m) in two passes over the
+// cache (cheaper than rescaling a running sum at every pack, since the slice is cached anyway). The row crosses DRAM once each way, as in the shared-memory tier, but a block holds 1/C
 // of it: several blocks share an SM, so one row's reduction overlaps the next rows' loads instead
 // of leaving the SM idle. No barrier over the cluster stands between rows or before a block
 // leaves, so a block's share of the SM goes to the next cluster as soon as its stores are issued.
