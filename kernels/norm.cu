@@ -1369,7 +1369,7 @@ norm_span_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __
 // shift of a 16-bit type's half-word (gamma and beta at different offsets keep the shift at run
 // time). A shifted copy of gamma and beta in shared memory beside the slice, as norm_span_rows
 // keeps, tripled LayerNorm's bytes a block, and its blocks an SM fell to a third (docs/norm.md).
-// Clusters stride over the rows.
+// Clusters of 2, 4, 8 or 16 blocks (16 where the GPU holds them) stride over the rows.
 // =============================================================================================
 // LayerNorm's minimum of one block an SM lets ptxas keep gamma's and beta's loads in flight at once
 // (with one pack a thread: 48 registers, not 43 and its beta loads after gamma's had arrived; with

@@ -136,6 +136,7 @@ def test_norm_launcher_plans_a_shape_once(monkeypatch):
     monkeypatch.setattr(launch, "max_active_blocks_per_sm", lambda kernel, threads, smem, device: 4)
     monkeypatch.setattr(launch, "set_max_dynamic_shared_memory", lambda kernel, nbytes, device: None)
     monkeypatch.setattr(launch, "_launches_clusters", lambda device: True)
+    monkeypatch.setattr(launch, "max_active_clusters", lambda kernel, size, threads, smem, device: 1)
     calls = _count_calls(monkeypatch, launch, "plan")
     for _ in range(3):
         launch._model(0, 4096, torch.float16, False, 8, None, None)
@@ -159,7 +160,8 @@ def test_norm_launcher_times_each_block_of_a_kernel(monkeypatch):
                         ("max_shared_memory_per_block", lambda device: 227 * 1024),
                         ("max_active_blocks_per_sm", lambda kernel, threads, smem, device: 2),
                         ("set_max_dynamic_shared_memory", lambda kernel, nbytes, device: None),
-                        ("_launches_clusters", lambda device: True)]:
+                        ("_launches_clusters", lambda device: True),
+                        ("max_active_clusters", lambda kernel, size, threads, smem, device: 1)]:
         monkeypatch.setattr(launch, name, value)
     monkeypatch.setattr(launch.torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
         multi_processor_count=132))

@@ -485,12 +485,12 @@ def test_cluster_store_writes_every_pack_of_the_span_once(ctype):
 
 def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():
     gpu, limit = FakeGPU(regs=32), 227 * 1024 - norm.STATIC_SMEM_MARGIN
-    # 65519 half columns (128 KiB): norm_span's row cache leaves one block an SM. Clusters of 2, 4
-    # and 8 (64, 32 and 16 KiB slices of x; gamma and beta read from global memory) come first;
+    # 65519 half columns (128 KiB): norm_span's row cache leaves one block an SM. Clusters of 2, 4,
+    # 8 and 16 (64, 32, 16 and 8 KiB slices of x; gamma and beta read from global memory) come first;
     # the span and cached tiers stay beside them, timed on first use.
     p = norm.plan(65519, "half_t", False, 1, gpu, limit, same_phase=True, clusters=True)
     split = [c for c in p.candidates if c.tier == "cluster"]
-    assert p.tier == "cluster" and list(dict.fromkeys(c.cluster for c in split)) == [2, 4, 8]
+    assert p.tier == "cluster" and list(dict.fromkeys(c.cluster for c in split)) == [2, 4, 8, 16]
     assert all(c.grid_multiple == c.cluster and gpu(c.kernel, c.block, c.smem_bytes) >= 2 for c in split)
     # Each size in the blocks of 8, 4 and 16 packs a thread (eighths: 1024 packs, 128, 256 and 64 threads).
     assert [c.block for c in split if c.cluster == 8] == [128, 256, 64]
@@ -508,14 +508,20 @@ def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():
     for cols, pack in [(32768, 8), (30001, 1), (1023, 1)]:
         assert not any(c.tier == "cluster" for c in norm.plan(cols, "half_t", False, pack, gpu, limit,
                                                                same_phase=True, clusters=True).candidates)
-    # Rows whose slices leave no second block an SM even in clusters of 8 (float32, 300007
-    # columns: 150 KiB a block): the eighths that leave one, then the uncached tier.
+    # Rows whose slices leave two blocks an SM only in sixteenths (float32, 300007 columns: 75 KiB
+    # a block, eighths 150 KiB): the sixteenths, then the uncached tier.
     p = norm.plan(300_007, "float", False, 1, gpu, limit, same_phase=True, clusters=True)
     others = [c for c in p.alternatives if c.tier != "cluster"]
-    assert (p.tier, p.cluster) == ("cluster", 8) and others[0].tier == "uncached"
+    assert (p.tier, p.cluster) == ("cluster", 16) and others[0].tier == "uncached"
+    assert {c.cluster for c in p.candidates if c.tier == "cluster"} == {16}
+    # A GPU that holds no cluster of 16 (the launcher's occupancy answer is 0): the eighths that
+    # leave one block an SM.
+    no16 = lambda name, block, smem: 0 if norm.cluster_size(name) == 16 else gpu(name, block, smem)  # noqa: E731
+    p = norm.plan(300_007, "float", False, 1, no16, limit, same_phase=True, clusters=True)
     assert {c.cluster for c in p.candidates if c.tier == "cluster"} == {8}
-    # Longer than eighths can hold: no cluster.
-    assert norm.plan(600_000, "float", False, 1, gpu, limit, same_phase=True, clusters=True).tier == "uncached"
+    assert norm.cluster_size("norm_cluster<float, true, 16>") == 16 and norm.cluster_size("norm_span<float, true>") == 1
+    # Longer than sixteenths can hold: no cluster.
+    assert norm.plan(1_000_000, "float", False, 1, gpu, limit, same_phase=True, clusters=True).tier == "uncached"
 
 
 def test_forced_cluster_tier():

@@ -506,6 +506,8 @@ def test_every_cluster_instantiation(dtype, rms):
                                    norm.cluster_block(cols, ctype, size), smem, 1, cluster=size,
                                    grid_multiple=size)
             loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), limit, 0)
+            if size > 8 and loader.max_active_clusters(module.kernel(chosen.kernel), size, chosen.block, smem, 0) < 1:
+                continue  # no such cluster on this GPU (the query also opts the kernel in where there is)
             what = f"{chosen.kernel} ({rows}, {cols}, {cancel})"
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, what)
             for g_past, b_past in [(1, 3), (3, 3)]:  # their shifts apart, then together

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from bwbench.cuda.autotune import cold_launch_us
-from bwbench.cuda.launch_spec import Launch, grid_blocks
+from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS, Launch, grid_blocks
 from bwbench.cuda.loader import (
     CompiledModule,
     Kernel,
@@ -30,6 +30,7 @@ from bwbench.cuda.loader import (
     cpp_type,
     load,
     max_active_blocks_per_sm,
+    max_active_clusters,
     max_shared_memory_per_block,
     run,
     set_max_dynamic_shared_memory,
@@ -39,6 +40,7 @@ from bwbench.cuda.norm.plan import (
     STATIC_SMEM_MARGIN,
     STORAGE_TYPES,
     NormPlan,
+    cluster_size,
     full_pack,
     optimized_names,
     plan,
@@ -130,6 +132,9 @@ def _model(device: int, cols: int, dtype, rms: bool, pack: int, tier, block,
             kernel = module.kernel(name)
             if smem + STATIC_SMEM_MARGIN > 48 * 1024:  # the default limit counts static memory too
                 set_max_dynamic_shared_memory(kernel, smem_limit, device)
+            size = cluster_size(name)
+            if size > PORTABLE_CLUSTER_BLOCKS and max_active_clusters(kernel, size, threads, smem, device) < 1:
+                return 0  # this GPU holds no such cluster
             return max_active_blocks_per_sm(kernel, threads, smem, device)
 
         found = _MODELS[key] = (plan(cols, ctype, rms, pack, occupancy, smem_limit, tier, block, same_phase,
