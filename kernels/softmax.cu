@@ -893,7 +893,7 @@ __device__ __forceinline__ void cluster_slice(int packs, int rank, int& lo, int&
 
 // R > 0: each thread keeps the first R of its entries in registers (entry t + j blockDim in
 // held[j]) and only the rest in shared memory, so a slice whose cache alone would leave one block
-// an SM leaves two (dispatch.CLUSTER_REGISTER_PACKS).
+// an SM leaves two (dispatch.CLUSTER_HELD_SHAPES).
 template <typename T, int Algo, int P, int C, int R>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
 softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_stride, i64 rows, int cols) {
