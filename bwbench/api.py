@@ -58,7 +58,7 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterable[str] | str | None = None,
-         quick: bool = False, preset: str | None = None, **axes: Any) -> list[SuitePlan]:
+         quick: bool = False, preset: str | Iterable[str] | None = None, **axes: Any) -> list[SuitePlan]:
     """The plans a run would measure, chosen and checked before any GPU work (SelectionError on
     a name, dtype or axis the suite does not have)."""
     from .discovery import resolve
@@ -73,7 +73,7 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
 
 
 def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iterable[str] | str | None = None,
-        quick: bool = False, preset: str | None = None, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold", timer: str = "auto",
+        quick: bool = False, preset: str | Iterable[str] | None = None, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold", timer: str = "auto",
         seed: int = 0, max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20, **axes: Any):
     """Check and time a suite as `bwbench run` does; returns the records as a pandas DataFrame.
 

@@ -166,7 +166,7 @@ def run(
     impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
     quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="A named sweep of the suite instead of its default one: `models` (shapes of real models), `odd` (non-power-of-two and prime widths); `bwbench list` shows each suite's presets."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="A named sweep of the suite instead of its default one: `models` (shapes of real models), `odd` (non-power-of-two and prime widths), or several, comma-separated (`odd,models`); `bwbench list` shows each suite's presets."),
     timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
     timer: str = typer.Option("auto", "--timer", help="Clock of cold samples: cupti (kernel and copy times from CUPTI; needs the cupti extra, cupti-python 13.0.x), events (CUDA events around each call, which add about 2 µs), auto (cupti where it works, else events; default)."),
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),

@@ -391,10 +391,11 @@ class Suite:
         return values
 
     def cases(self, dtypes: Iterable[str] | None = None, axis_values: Mapping[str, list[Any]] | None = None,
-              quick: bool = False, preset: str | None = None) -> list[Case]:
+              quick: bool = False, preset: str | Iterable[str] | None = None) -> list[Case]:
         """The sweep: the cartesian product of the axes (quick values and user values replacing them),
-        or, for a suite of explicit points, the points matching the user's values; with `preset`,
-        the preset's blocks one after another (user values replacing an axis in every block)."""
+        or, for a suite of explicit points, the points matching the user's values; with `preset`
+        (a name, several comma-separated, or a list), each preset's blocks one after another (user
+        values replacing an axis in every block), a case shared by two presets measured once."""
         if preset is not None:
             chosen = self._preset_cases(preset, dtypes, axis_values or {}, quick)
         else:
@@ -428,16 +429,22 @@ class Suite:
                 for dtype in chosen_dtypes
                 for combo in itertools.product(*(axes[n] for n in names))]
 
-    def _preset_cases(self, preset: str, dtypes, axis_values: Mapping[str, list[Any]], quick: bool) -> list[Case]:
-        if preset not in self.presets:
+    def _preset_cases(self, preset: str | Iterable[str], dtypes, axis_values: Mapping[str, list[Any]],
+                      quick: bool) -> list[Case]:
+        names = [n.strip() for n in (preset.split(",") if isinstance(preset, str) else preset)]
+        if not all(names):
+            raise SelectionError(f"--preset needs names separated by commas, not {','.join(names)!r}")
+        unknown = [n for n in names if n not in self.presets]
+        if unknown:
             known = ", ".join(self.presets) or "none"
-            raise SelectionError(f"suite {self.name!r} has no preset {preset!r}; presets: {known}")
+            raise SelectionError(f"suite {self.name!r} has no preset {', '.join(map(repr, unknown))}; presets: {known}")
         if quick:
             raise SelectionError("--quick and --preset each choose the sweep: give one of them")
         cases: dict[tuple, Case] = {}
-        for block in self.presets[preset]:
-            for case in self._sweep(dtypes, {**block, **axis_values}, False):
-                cases.setdefault((tuple(case.params.items()), case.dtype), case)
+        for name in dict.fromkeys(names):
+            for block in self.presets[name]:
+                for case in self._sweep(dtypes, {**block, **axis_values}, False):
+                    cases.setdefault((tuple(case.params.items()), case.dtype), case)
         return list(cases.values())
 
     def _point_cases(self, dtypes, axis_values: Mapping[str, list[Any]], quick: bool) -> list[Case]:

@@ -27,6 +27,23 @@ def test_user_values_replace_an_axis_in_every_block_and_repeats_are_dropped():
     assert [(c.rows, c.cols) for c in cases] == [(8, 7), (2, 7)]
 
 
+def test_several_presets_sweep_one_after_another_and_share_their_common_cases():
+    suite = a_suite(odd=[{"cols": [31, 33]}], models=[{"cols": [33, 768]}, {"rows": [2], "cols": [1000]}])
+    expected = [(8, 31), (8, 33), (8, 768), (2, 1000)]
+    assert [(c.rows, c.cols) for c in suite.cases(preset="odd,models")] == expected
+    assert [(c.rows, c.cols) for c in suite.cases(preset=["odd", "models"])] == expected
+    assert [(c.rows, c.cols) for c in suite.cases(preset=" models , odd,models")] == \
+        [(8, 33), (8, 768), (2, 1000), (8, 31)]
+
+
+def test_a_list_of_presets_names_each_unknown_one_and_refuses_empty_names():
+    with pytest.raises(SelectionError, match="no preset 'nope', 'models'; presets: odd"):
+        a_suite().cases(preset="odd,nope,models")
+    for bad in ["odd,", ",odd", ""]:
+        with pytest.raises(SelectionError, match="--preset needs names"):
+            a_suite().cases(preset=bad)
+
+
 def test_an_unknown_preset_or_one_with_quick_is_a_selection_error():
     with pytest.raises(SelectionError, match="no preset 'models'; presets: odd"):
         a_suite().cases(preset="models")
@@ -69,3 +86,15 @@ def test_run_with_an_unknown_preset_exits_2_before_any_gpu_work():
     assert result.exit_code == 2 and "no preset 'nope'" in result.output
     result = CliRunner().invoke(app, ["run", "softmax", "--preset", "odd", "--quick"])
     assert result.exit_code == 2 and "--quick and --preset" in result.output
+    result = CliRunner().invoke(app, ["run", "layernorm,rmsnorm", "--preset", "odd,modles"])
+    assert result.exit_code == 2 and "no preset 'modles'; presets: models, odd" in result.output
+
+
+def test_the_api_plans_several_presets_of_a_real_suite():
+    from bwbench.api import plan
+
+    (both,) = plan("layernorm", dtypes="float16", preset="odd,models")
+    odd = get_suite("layernorm").cases(["float16"], preset="odd")
+    models = get_suite("layernorm").cases(["float16"], preset="models")
+    assert [c.params for c in both.cases] == [c.params for c in odd] + [c.params for c in models
+                                                                      if c.params not in [o.params for o in odd]]

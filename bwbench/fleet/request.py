@@ -27,7 +27,8 @@ class RunRequest:
     """Axis values as text, per axis name (the worker parses them with the suite's own axis types)."""
     quick: bool = False
     preset: str | None = None
-    """A named sweep of the suites (Suite.presets) instead of their default ones."""
+    """A named sweep of the suites (Suite.presets) instead of their default ones, or several,
+    comma-separated."""
     timing: str = "cold"
     max_time: float = 1.0
     noise: float = 0.002
