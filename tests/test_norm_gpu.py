@@ -482,13 +482,14 @@ def _past_boundary(t: torch.Tensor, k: int) -> torch.Tensor:
 @pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_every_cluster_instantiation(dtype, rms):
-    """Each norm_cluster kernel (2, 4 and 8 blocks a row) on long odd and whole-pack rows,
-    mean-1e4 rows, rows whose shift is an outlier (the second exchange), rows shorter than a pack
-    per block, with the launcher's grid and with three clusters striding over the rows (their rows
-    then start at different offsets); gamma and beta also 1 and 3, then both 3 elements past a
-    16-byte boundary, so every shift between their packs and the row's is read, apart (shifted at
-    run time) and together (the shift's words fixed at compile time)."""
+    """Each norm_cluster kernel (2, 4, 8 and, where the GPU holds them, 16 blocks a row) on long
+    odd and whole-pack rows, mean-1e4 rows, rows whose shift is an outlier (the second exchange),
+    rows shorter than a pack per block, with the launcher's grid and with three clusters striding
+    over the rows (their rows then start at different offsets); gamma and beta also 1 and 3, then
+    both 3 elements past a 16-byte boundary, so every shift between their packs and the row's is
+    read, apart (shifted at run time) and together (the shift's words fixed at compile time)."""
     from bwbench.cuda import loader
+    from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS
 
     norm = _norm()
     ctype = norm.cpp_type(dtype)
@@ -506,7 +507,8 @@ def test_every_cluster_instantiation(dtype, rms):
                                    norm.cluster_block(cols, ctype, size), smem, 1, cluster=size,
                                    grid_multiple=size)
             loader.set_max_dynamic_shared_memory(module.kernel(chosen.kernel), limit, 0)
-            if size > 8 and loader.max_active_clusters(module.kernel(chosen.kernel), size, chosen.block, smem, 0) < 1:
+            kernel = module.kernel(chosen.kernel)
+            if size > PORTABLE_CLUSTER_BLOCKS and loader.max_active_clusters(kernel, size, chosen.block, smem, 0) < 1:
                 continue  # no such cluster on this GPU (the query also opts the kernel in where there is)
             what = f"{chosen.kernel} ({rows}, {cols}, {cancel})"
             _check(_launch_exactly(chosen, x, gamma, beta, rms), x, gamma, beta, rms, what)
