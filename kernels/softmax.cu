@@ -990,8 +990,7 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
 
 // R > 0: each thread keeps the first R of its entries of y and of dy in registers (entry
 // t + j blockDim in held_y[j], held_dy[j]) and only the rest in shared memory, so a slice whose
-// cache alone would leave one block an SM leaves two; such clusters take a row each rather than
-// stride (dispatch.CLUSTER_REGISTER_PACKS).
+// cache alone would leave one block an SM leaves two (dispatch.CLUSTER_HELD_SHAPES).
 template <typename T, int Algo, int P, int C, int R>
 __global__ void __launch_bounds__(1024) BW_CLUSTER_DIMS(C)
 softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict__ dy, i64 dy_stride,
@@ -1010,10 +1009,10 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     const int rank = static_cast<int>(blockIdx.x % C);
     const int cached_from = R * bs;
     PackT held_y[R > 0 ? R : 1], held_dy[R > 0 ? R : 1];
-    // Clusters of 16 (kStride) stride over the rows, a grid of the clusters the GPU holds at once
-    // (the host's plan), and load each row's slices while they store the row before; the others
-    // take a row each and load it on their own.
-    constexpr bool kStride = C > kPortableCluster && R == 0;
+    // Clusters of 16 (kStride) load each row's slices while they store the row before; the host's
+    // plan gives them a grid of the clusters the GPU holds at once where striding so wins
+    // (dispatch.cluster_strides), else a cluster a row. The others load each row on their own.
+    constexpr bool kStride = C > kPortableCluster;
     bw::cluster::open(box);
     bool peers_ready = false;
     int round = 0;
@@ -1076,6 +1075,14 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 #pragma unroll
         for (int r = 0; r < C; ++r) total += parts[r];
         T* dxr = bw::smx::row_at(dx, row, dx_stride);
+        auto store = [&](int k, const PackT& vy, const PackT& vdy) {
+            float fy[P], fdy[P];
+            bw::smx::unpack(vy, fy);
+            bw::smx::unpack(vdy, fdy);
+#pragma unroll
+            for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
+            bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
+        };
         if constexpr (kStride) {
             // The next row's slices, entry by entry as this row's store frees them: entry e is
             // thread e % blockDim's in every row, so no barrier comes between.
@@ -1086,32 +1093,28 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             int nlo, nhi;
             bw::smx::cluster_slice<C>(nspan.packs(), rank, nlo, nhi);
             const int next_entries = more ? nhi - nlo : 0;
-            int e = tid;
-            for (; e < hi - lo; e += bs) {
-                float fy[P], fdy[P];
-                bw::smx::unpack(cache_y[e], fy);
-                bw::smx::unpack(cache_dy[e], fdy);
+            // Held entries: each register takes the next row's pack as soon as its pack is stored.
 #pragma unroll
-                for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
-                bw::smx::store_any<T, P>(dxr, span, lo + e, bw::smx::pack_from<T, P>(fy));
+            for (int j = 0; j < R; ++j) {
+                const int e = tid + j * bs;
+                if (e < entries) store(lo + e, held_y[j], held_dy[j]);
+                const bool next = e < next_entries;
+                held_y[j] = next ? bw::smx::load_masked<T, P>(nyr, nspan, nlo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+                held_dy[j] = next ? bw::smx::load_masked<T, P>(ndyr, nspan, nlo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+            }
+            int e = cached_from + tid;
+            for (; e < entries; e += bs) {
+                store(lo + e, cache_y[e - cached_from], cache_dy[e - cached_from]);
                 if (e < next_entries) {
-                    bw::smx::copy_pack<T, P>(&cache_y[e], nyr, nspan, nlo + e, 0.0f);
-                    bw::smx::copy_pack<T, P>(&cache_dy[e], ndyr, nspan, nlo + e, 0.0f);
+                    bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], nyr, nspan, nlo + e, 0.0f);
+                    bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], ndyr, nspan, nlo + e, 0.0f);
                 }
             }
             for (; e < next_entries; e += bs) {
-                bw::smx::copy_pack<T, P>(&cache_y[e], nyr, nspan, nlo + e, 0.0f);
-                bw::smx::copy_pack<T, P>(&cache_dy[e], ndyr, nspan, nlo + e, 0.0f);
+                bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], nyr, nspan, nlo + e, 0.0f);
+                bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], ndyr, nspan, nlo + e, 0.0f);
             }
         } else {
-            auto store = [&](int k, const PackT& vy, const PackT& vdy) {
-                float fy[P], fdy[P];
-                bw::smx::unpack(vy, fy);
-                bw::smx::unpack(vdy, fdy);
-#pragma unroll
-                for (int i = 0; i < P; ++i) fy[i] = Backward<Algo, T>::apply(fy[i], fdy[i], total);
-                bw::smx::store_any<T, P>(dxr, span, k, bw::smx::pack_from<T, P>(fy));
-            };
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 const int e = tid + j * bs;

@@ -266,7 +266,9 @@ def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, c
     size = with_clusters.choice.cluster
     assert with_clusters.tier == "cluster" and size in dispatch.CLUSTER_SIZES
     assert with_clusters.grid % size == 0
-    if dispatch.cluster_strides(size, direction, with_clusters.choice.cluster_regs):  # held at once, striding
+    per_sm = device.blocks_per_sm(with_clusters.launch.kernel, with_clusters.block, with_clusters.smem)
+    strides = dispatch.cluster_strides(size, direction, per_sm)
+    if strides:  # held at once, striding
         resident = device.active_clusters(with_clusters.launch.kernel, size, with_clusters.block, with_clusters.smem)
         assert 0 < resident < 1024 and with_clusters.grid == resident * size
     else:
@@ -277,7 +279,7 @@ def test_rows_past_shared_memory_take_a_cluster_where_the_gpu_has_clusters(op, c
     assert without.tier != "cluster"
     capped = plan(op, 1024, cols, "half_t", 8, FakeDevice(clusters=True), grid_waves=1)
     assert capped.grid % capped.choice.cluster == 0
-    if dispatch.cluster_strides(size, direction, with_clusters.choice.cluster_regs):
+    if strides:
         assert capped.grid == with_clusters.grid, "striding clusters: the resident ones whatever the cap"
     else:
         assert capped.grid < with_clusters.grid
@@ -353,10 +355,12 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True)).choice.cluster == 16
     assert plan("softmax_backward", 1024, 262144, "half_t", 8, portable).choice.cluster == 8
     # where sixteenths leave one block an SM (float32 y and dy of 1 MiB each) but two with 4 of
-    # each thread's 8 packs of y and of dy in registers (512 threads: 64 KiB), a row a cluster
+    # each thread's 8 packs of y and of dy in registers (512 threads: 64 KiB), striding over the
+    # rows: the clusters the GPU holds at once (this fake one counts shared memory only: three
+    # blocks an SM, 24 clusters on 132 SMs)
     split = plan("softmax_backward", 1024, 262144, "float", 4, FakeDevice(clusters=True))
     assert split.tier == "cluster" and split.choice.cluster == 16 and split.choice.cluster_regs == 4
-    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 1024 * 16
+    assert split.block == 512 and split.smem == 64 * 1024 and split.grid == 132 * 3 // 16 * 16
     assert split.launch.kernel == "softmax_grad_cluster<float, 0, 4, 16, 4>"
     assert split.launch.kernel in dispatch.kernel_names("float", "backward")
     # and where even that leaves one (float32 rows of 400009: 195 KiB sixteenths), the backward's
@@ -365,7 +369,8 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
     assert strided.tier == "cluster" and strided.choice.cluster == 16 and strided.choice.cluster_regs == 0
     assert strided.grid < 1024 * 16 and strided.grid % 16 == 0
     # 16-bit y and dy of 512 KiB: sixteenths of 64 KiB cached leave three blocks an SM; 2 of each
-    # thread's packs of y and of dy in registers (256 threads: 16 KiB) leave four, a row a cluster
+    # thread's packs of y and of dy in registers (256 threads: 16 KiB) leave four, which take a
+    # row a cluster rather than stride
     held = plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(clusters=True))
     assert held.choice.cluster == 16 and held.choice.cluster_regs == 2 and held.block == 256
     assert held.smem == 48 * 1024 and held.grid == 1024 * 16

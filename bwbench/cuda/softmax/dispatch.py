@@ -143,6 +143,9 @@ the first the GPU holds at min_blocks an SM where the same size cached whole wou
   way, at three blocks an SM at least (4096 rows of 128256: four against three, 94.8-95.0 against
   91.2). At 151936 columns, three an SM either way, held eighths read 92.5 against 90.1, but the
   rule asks for more blocks than cached: a block-count rule, not a timing, decides."""
+CLUSTER_STRIDE_MAX_BLOCKS = 3
+"""The backward's clusters of sixteen stride over the rows where they leave at most this many
+blocks an SM (cluster_strides)."""
 CLUSTER_MAX_REGISTERS = 64
 """Registers a thread of the cluster kernels has at most (their launch bounds: 1024 threads)."""
 REGISTER_FILE = 65536
@@ -501,7 +504,7 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
-               and (c <= PORTABLE_CLUSTER or cluster_strides(c, direction) or slice_bytes[c] <= smem_limit // 2)]
+               and (c <= PORTABLE_CLUSTER or cluster_strides(c, direction, 1) or slice_bytes[c] <= smem_limit // 2)]
     cached = None
     if fitting:
         two_an_sm = [c for c in fitting if slice_bytes[c] <= smem_limit // 2]
@@ -554,15 +557,18 @@ def cluster_shape_of(size: int, cols: int, pack: int, itemsize: int, direction: 
                         cluster_smem_bytes(cols, pack, itemsize, direction, size))
 
 
-def cluster_strides(size: int, direction: str, register_packs: int = 0) -> bool:
+def cluster_strides(size: int, direction: str, blocks_per_sm: int) -> bool:
     """Whether the cluster tier's grid is the clusters the GPU holds at once, striding over the
     rows, each block loading its next row's slices while it stores the row before (the kernel's
-    kStride), rather than a cluster a row: the backward's clusters of sixteen. A non-portable
-    cluster is slow to find room for at every row; on an H100 striding took the float16 backward
-    at 262144 columns from 83% of copy to 86% and at 256000 from 83% to 86%, but lost 1.6 points
-    in backward clusters of eight (128256 columns) and 2-11 points in the forward (8-10 with the
-    mailbox exchange). Blocks holding packs in registers (two an SM) take a row each."""
-    return direction == "backward" and size > PORTABLE_CLUSTER and not register_packs
+    kStride), rather than a cluster a row: the backward's clusters of sixteen at up to
+    CLUSTER_STRIDE_MAX_BLOCKS blocks an SM (`blocks_per_sm`). A non-portable cluster is slow to
+    find room for at every row; on an H100 striding took the float16 backward at 262144 columns
+    from 83% of copy to 86% (three blocks an SM, cached whole) and the float32 one from 88% to 96%
+    (two an SM, 4 packs of y and of dy a thread held in registers), but lost 1.6 points in
+    backward clusters of eight (128256 columns), 4.5 in the float16 backward's held sixteenths at
+    four blocks an SM (262144 columns), and 2-11 points in the forward (8-10 with the mailbox
+    exchange)."""
+    return direction == "backward" and size > PORTABLE_CLUSTER and blocks_per_sm <= CLUSTER_STRIDE_MAX_BLOCKS
 
 
 def cluster_block_size(preferred: int, resident: Mapping[int, int]) -> int:

@@ -366,7 +366,7 @@ def _plan_tier(op: str, rows: int, cols: int, ctype: str, pack: int, queries: De
         per_sm = queries.blocks_per_sm(name, choice.block, smem)
         if per_sm < 1:
             raise ValueError(f"{name} cannot launch {choice.block} threads with {smem} bytes of shared memory here")
-        if dispatch.cluster_strides(size, direction, choice.cluster_regs):
+        if dispatch.cluster_strides(size, direction, per_sm):
             # The clusters the GPU holds at once, striding over the rows, each block loading its
             # next row while it stores the one before (kernels/softmax.cu, kStride).
             clusters = queries.active_clusters(name, size, choice.block, smem)
