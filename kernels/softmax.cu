@@ -1012,6 +1012,8 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     // Clusters of 16 (kStride) load each row's slices while they store the row before; the host's
     // plan gives them a grid of the clusters the GPU holds at once where striding so wins
     // (dispatch.cluster_strides), else a cluster a row. The others load each row on their own.
+    // (Choosing at run time, from the grid, kept both paths in one kernel: the bfloat16 held
+    // sixteenths then spilled.)
     constexpr bool kStride = C > kPortableCluster;
     bw::cluster::open(box);
     bool peers_ready = false;
