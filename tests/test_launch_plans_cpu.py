@@ -577,6 +577,18 @@ def test_timed_alternatives_where_measurements_split():
                                 clusters=True) == ()
     assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
                                 clusters=False) == ()
+    # float32 rows of 16 KiB and more: the cluster is timed at any blocks an SM; shorter ones not
+    single = d.TierChoice("smem", block=256, pack=4)
+    assert d.timed_alternatives(single, "forward", dense=True, row_bytes=20012, smem_blocks_per_sm=9,
+                                clusters=True, itemsize=4) == ("cluster",)
+    assert d.timed_alternatives(single, "forward", dense=True, row_bytes=d.CLUSTER_MIN_SLICE_BYTES - 4,
+                                smem_blocks_per_sm=9, clusters=True, itemsize=4) == ()
+    assert d.timed_alternatives(single, "forward", dense=True, row_bytes=20012, smem_blocks_per_sm=9,
+                                clusters=False, itemsize=4) == ()
+    assert d.timed_alternatives(single, "backward", dense=True, row_bytes=20012, smem_blocks_per_sm=9,
+                                clusters=True, itemsize=4) == ()
+    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=40022, smem_blocks_per_sm=4,
+                                clusters=True, itemsize=2) == (), "16-bit rows keep the cached block"
 
 
 def test_plans_carry_the_alternatives_the_launcher_times():

@@ -770,7 +770,7 @@ registers (row_tile.LANE_ELEMENTS) at two bytes an element. Past them it lost by
 
 def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
                        smem_blocks_per_sm: int | None = None, clusters: bool = False,
-                       fits_tighter: tuple[str, ...] = ()) -> tuple[str, ...]:
+                       fits_tighter: tuple[str, ...] = (), itemsize: int = 2) -> tuple[str, ...]:
     """Tiers to time against `choice` on first use, where measurements split either way and no rule
     of the row's bytes told the winners apart (H100, float16, % of copy, bwbench.bench):
 
@@ -780,7 +780,11 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
     - forward rows of the same kind up to FORWARD_TILE_MAX_ROW_BYTES: the tile tier won at 31
       columns (52 against 46) and lost at 33, 127, 129 and 197 (33-51 against 47-66);
     - forward rows the cached block tier holds at one block an SM, where the GPU has clusters:
-      the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87).
+      the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87);
+      float32 forward rows it holds of CLUSTER_MIN_SLICE_BYTES and more, at any blocks an SM:
+      1531 and 6007 rows of 5003 columns, clusters of two, 81.6 and 92.3 against 74.2 and 88.6;
+      of 20011, clusters of four, 92.7 and 95.3 against 88.0 and 94.3 (float16 at the same
+      widths: the cached block ahead, 77.7 and 89.6 against 73.1 and 87.9 for clusters of two).
 
     And the fitted warp shapes (fit_shape) of each family in `fits_tighter` (those that hold the
     row tighter than the warp tier's shape): "warp_fit", masked, won at 127 and 129 columns (55
@@ -806,7 +810,8 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
         return (*fitted, *elements)
     if choice.tier == "tile" and direction == "backward":
         return ("flat",)
-    if direction == "forward" and choice.tier == "smem" and clusters and smem_blocks_per_sm == 1:
+    wide_float32 = itemsize == 4 and row_bytes >= CLUSTER_MIN_SLICE_BYTES
+    if direction == "forward" and choice.tier == "smem" and clusters and (smem_blocks_per_sm == 1 or wide_float32):
         return ("cluster",)
     return ()
 

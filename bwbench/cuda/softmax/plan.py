@@ -203,7 +203,7 @@ def plan(op: str, rows: int, cols: int, ctype: str, pack: int, queries: DeviceQu
     for other in dispatch.timed_alternatives(first.choice, direction, dense=dense,
                                              row_bytes=cols * dispatch.ITEMSIZE[ctype],
                                              smem_blocks_per_sm=one_block, clusters=queries.clusters,
-                                             fits_tighter=tighter):
+                                             fits_tighter=tighter, itemsize=dispatch.ITEMSIZE[ctype]):
         try:
             alternatives.append(_plan_tier(op, rows, cols, ctype, pack, queries, tier=other, **options))
         except ValueError:  # that tier cannot run this shape here
