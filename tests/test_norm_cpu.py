@@ -504,10 +504,16 @@ def test_long_rows_take_the_cluster_tier_where_the_gpu_has_clusters():
     # Whole-pack rows past the registers tier: clusters first, the row cache beside them.
     p = norm.plan(65536, "half_t", True, 8, gpu, limit, same_phase=True, clusters=True)
     assert p.tier == "cluster" and "smem" in {c.tier for c in p.candidates}
-    # Rows the registers or span_rows tiers hold never take it.
-    for cols, pack in [(32768, 8), (30001, 1), (1023, 1)]:
-        assert not any(c.tier == "cluster" for c in norm.plan(cols, "half_t", False, pack, gpu, limit,
-                                                               same_phase=True, clusters=True).candidates)
+    # Rows the registers or span_rows tiers hold never take it first; odd ones of 16 KiB and more
+    # time clusters of two and four (one block size each) after the others.
+    for cols, pack in [(32768, 8), (30001, 1), (1023, 1), (8191, 1)]:
+        p = norm.plan(cols, "half_t", False, pack, gpu, limit, same_phase=True, clusters=True)
+        timed = [(c.cluster, c.block) for c in p.candidates if c.tier == "cluster"]
+        assert p.tier != "cluster"
+        if cols * 2 % 16 and cols * 2 >= norm.CLUSTER_TIMED_MIN_ROW_BYTES:
+            assert [size for size, _ in timed] == list(norm.CLUSTER_TIMED_SIZES), (cols, timed)
+        else:
+            assert not timed, cols
     # Rows whose slices leave two blocks an SM only in sixteenths (float32, 300007 columns: 75 KiB
     # a block, eighths 150 KiB): the sixteenths, then the uncached tier.
     p = norm.plan(300_007, "float", False, 1, gpu, limit, same_phase=True, clusters=True)

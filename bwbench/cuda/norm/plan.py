@@ -133,6 +133,13 @@ an SM loads, reduces and stores a row in turn, with nothing to overlap them); wh
 holds no cluster of 16, half that), those that leave one, whose slices still move in 16-byte
 packs."""
 
+CLUSTER_TIMED_MIN_ROW_BYTES = 16 * 1024
+CLUSTER_TIMED_SIZES = (2, 4)
+"""Odd rows that span_rows holds, of at least CLUSTER_TIMED_MIN_ROW_BYTES, also time norm_cluster
+in clusters of CLUSTER_TIMED_SIZES (their first block size only) on first use: at 1531 rows of
+20011 half columns (H100, tools/tiers.py) LayerNorm's clusters of two read 81.8% of copy against
+span_rows' 78.6."""
+
 CLUSTER_PACKS_PER_THREAD = (8, 4, 16)
 """norm_cluster's blocks, each timed on first use: the fewest threads (a multiple of 32, up to
 1024) that give each thread at most this many packs of its slice. Fewer threads leave more blocks
@@ -499,18 +506,18 @@ def cluster_block(cols: int, ctype: str, size: int, packs_per_thread: int = CLUS
 
 
 def cluster_plans(cols: int, ctype: str, rms: bool, occupancy: "Occupancy", smem_limit: int,
-                  min_blocks: int = CLUSTER_MIN_BLOCKS) -> list["NormPlan"]:
-    """norm_cluster plans for a row of `cols` (any lead; x and y at the same one): each of
-    CLUSTER_SIZES whose slice fits, in each block of CLUSTER_PACKS_PER_THREAD that leaves
-    `min_blocks` blocks an SM; the smallest cluster first. Only for GPUs that launch clusters (the
-    caller's question)."""
+                  min_blocks: int = CLUSTER_MIN_BLOCKS, sizes: tuple[int, ...] = CLUSTER_SIZES,
+                  packs_per_thread: tuple[int, ...] = CLUSTER_PACKS_PER_THREAD) -> list["NormPlan"]:
+    """norm_cluster plans for a row of `cols` (any lead; x and y at the same one): each of `sizes`
+    whose slice fits, in each block of `packs_per_thread` that leaves `min_blocks` blocks an SM;
+    the smallest cluster first. Only for GPUs that launch clusters (the caller's question)."""
     plans = []
-    for size in CLUSTER_SIZES:
+    for size in sizes:
         smem = cluster_smem_bytes(cols, ctype, size)
         if smem > smem_limit:
             continue
         name = cluster_name(ctype, rms, size)
-        blocks = dict.fromkeys(cluster_block(cols, ctype, size, p) for p in CLUSTER_PACKS_PER_THREAD)
+        blocks = dict.fromkeys(cluster_block(cols, ctype, size, p) for p in packs_per_thread)
         plans += [NormPlan("cluster", name, full_pack(ctype), block, smem, 1, cluster=size, grid_multiple=size)
                   for block in blocks if occupancy(name, block, smem) >= min_blocks]
     return plans
@@ -652,6 +659,11 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     long_row = clusters and same_phase and tier is None and block is None and splits_rows(cols, ctype, rms)
     split = (cluster_plans(cols, ctype, rms, occupancy, smem_limit)
              or cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1)) if long_row else []
+    # Shorter rows of 16 KiB and more time a few cluster shapes after the others.
+    mid_row = (clusters and same_phase and tier is None and block is None and not long_row
+               and row_bytes >= CLUSTER_TIMED_MIN_ROW_BYTES)
+    timed_split = cluster_plans(cols, ctype, rms, occupancy, smem_limit, sizes=CLUSTER_TIMED_SIZES,
+                                packs_per_thread=CLUSTER_PACKS_PER_THREAD[:1]) if mid_row else []
     if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
         short = row_bytes <= TILE_MAX_ROW_BYTES
         held = span_rows_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
@@ -674,7 +686,8 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
         if staged or held or split:
             row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
             first, *rest = [*split, *staged, *held]
-            return _with_alternatives(first, [*rest, *(_with_alternatives(c, ()) for c in row_tier.candidates)])
+            return _with_alternatives(first, [*rest, *timed_split,
+                                              *(_with_alternatives(c, ()) for c in row_tier.candidates)])
     if tier is not None and tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
     if block is not None and (block % 32 or not 32 <= block <= 1024):
