@@ -564,12 +564,14 @@ def test_every_raw_rows_warp_instantiation(rms):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_odd_widths_offer_the_tile_tier_first(dtype, rms):
     """Rows whose bytes are no multiple of 16: the model's first plan is the tile tier (the span
-    tier past its rows, the cluster tier past every single block's), the row tiers its timed
-    alternatives; whichever wins, the result is right (tile boundaries mid-row at
+    tier past its rows, the cluster tier past every single block's), the row tiers (and, at rows of
+    16 KiB and more, clusters of two and four) its timed alternatives; whichever wins, the result
+    is right (tile boundaries mid-row at
     any phase: rows of 13 to 1031 columns, row counts that leave a partial last tile)."""
     norm = _norm()
 
-    for rows, cols in [(1, 13), (300, 31), (4099, 33), (77, 197), (1000, 577), (33, 1031), (5, 4099), (3, 30001)]:
+    for rows, cols in [(1, 13), (300, 31), (4099, 33), (77, 197), (1000, 577), (33, 1031), (5, 4099), (9, 12289),
+                       (3, 30001)]:
         x = _random(rows, cols, dtype, seed=rows + 3 * cols)
         gamma, beta = _params(cols, dtype, seed=cols + 2)
         if cols * x.element_size() % 16:
