@@ -659,9 +659,9 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     long_row = clusters and same_phase and tier is None and block is None and splits_rows(cols, ctype, rms)
     split = (cluster_plans(cols, ctype, rms, occupancy, smem_limit)
              or cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1)) if long_row else []
-    # Shorter rows of 16 KiB and more time a few cluster shapes after the others.
+    # Shorter odd rows of 16 KiB and more time a few cluster shapes after the others.
     mid_row = (clusters and same_phase and tier is None and block is None and not long_row
-               and row_bytes >= CLUSTER_TIMED_MIN_ROW_BYTES)
+               and row_bytes % 16 != 0 and row_bytes >= CLUSTER_TIMED_MIN_ROW_BYTES)
     timed_split = cluster_plans(cols, ctype, rms, occupancy, smem_limit, sizes=CLUSTER_TIMED_SIZES,
                                 packs_per_thread=CLUSTER_PACKS_PER_THREAD[:1]) if mid_row else []
     if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
