@@ -659,11 +659,6 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
     long_row = clusters and same_phase and tier is None and block is None and splits_rows(cols, ctype, rms)
     split = (cluster_plans(cols, ctype, rms, occupancy, smem_limit)
              or cluster_plans(cols, ctype, rms, occupancy, smem_limit, 1)) if long_row else []
-    # Shorter odd rows of 16 KiB and more time a few cluster shapes after the others.
-    mid_row = (clusters and same_phase and tier is None and block is None and not long_row
-               and row_bytes % 16 != 0 and row_bytes >= CLUSTER_TIMED_MIN_ROW_BYTES)
-    timed_split = cluster_plans(cols, ctype, rms, occupancy, smem_limit, sizes=CLUSTER_TIMED_SIZES,
-                                packs_per_thread=CLUSTER_PACKS_PER_THREAD[:1]) if mid_row else []
     if tier in ("tile", "span", "span_rows") or (tier is None and block is None and same_phase and row_bytes % 16):
         short = row_bytes <= TILE_MAX_ROW_BYTES
         held = span_rows_plans(cols, ctype, rms, occupancy, smem_limit) if same_phase and block is None else []
@@ -683,8 +678,12 @@ def plan(cols: int, ctype: str, rms: bool, pack: int, occupancy: Occupancy, smem
                 raise ValueError(f"the {tier} tier needs x and y at the same offset within 16 bytes, no forced block, "
                                  f"and {where}; got cols={cols}")
             return _with_alternatives(staged[0], staged[1:])
-        if staged or held or split:
+        if staged or held or split:  # (tier and block not forced, x and y at one phase, an odd row)
             row_tier = plan(cols, ctype, rms, pack, occupancy, smem_limit)
+            # Shorter rows of 16 KiB and more time a few cluster shapes after the others.
+            timed_split = (cluster_plans(cols, ctype, rms, occupancy, smem_limit, sizes=CLUSTER_TIMED_SIZES,
+                                         packs_per_thread=CLUSTER_PACKS_PER_THREAD[:1])
+                           if clusters and not long_row and row_bytes >= CLUSTER_TIMED_MIN_ROW_BYTES else [])
             first, *rest = [*split, *staged, *held]
             return _with_alternatives(first, [*rest, *timed_split,
                                               *(_with_alternatives(c, ()) for c in row_tier.candidates)])
