@@ -1020,34 +1020,47 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     int round = 0;
     const i64 step = gridDim.x / C;
     i64 row = blockIdx.x / C;
-    auto load = [&](i64 r) {  // this block's slices of row r
-        const T* yr = bw::smx::row_at(y, r, y_stride);
-        const T* dyr = bw::smx::row_at(dy, r, dy_stride);
-        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
-        int lo, hi;
-        bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
-        const int entries = hi - lo;
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const int e = tid + j * bs;
-            held_y[j] = e < entries ? bw::smx::load_masked<T, P>(yr, span, lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
-            held_dy[j] = e < entries ? bw::smx::load_masked<T, P>(dyr, span, lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
-        }
-#pragma unroll 4
-        for (int k = lo + cached_from + tid; k < hi; k += bs) {
-            bw::smx::copy_pack<T, P>(&cache_y[k - lo - cached_from], yr, span, k, 0.0f);
-            bw::smx::copy_pack<T, P>(&cache_dy[k - lo - cached_from], dyr, span, k, 0.0f);
-        }
+    // This block's slices of row r: y's and dy's rows, the span of packs covering them and the
+    // slice [lo, lo + entries) of it.
+    struct Slice {
+        const T* y;
+        const T* dy;
+        bw::smx::RowSpan<P> span;
+        int lo, entries;
     };
-    if (kStride && row < rows) load(row);
+    auto slice_of = [&](i64 r) {
+        Slice s;
+        s.y = bw::smx::row_at(y, r, y_stride);
+        s.dy = bw::smx::row_at(dy, r, dy_stride);
+        s.span = bw::smx::row_span<T, P>(s.y, cols);
+        int hi;
+        bw::smx::cluster_slice<C>(s.span.packs(), rank, s.lo, hi);
+        s.entries = hi - s.lo;
+        return s;
+    };
+    // Entry tid + j blockDim of a slice into held register j, and entry e >= R blockDim into the
+    // cache (0 outside the slice).
+    auto hold = [&](int j, const Slice& s) {
+        const int e = tid + j * bs;
+        held_y[j] = e < s.entries ? bw::smx::load_masked<T, P>(s.y, s.span, s.lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+        held_dy[j] = e < s.entries ? bw::smx::load_masked<T, P>(s.dy, s.span, s.lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+    };
+    auto cache_entry = [&](int e, const Slice& s) {
+        bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], s.y, s.span, s.lo + e, 0.0f);
+        bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], s.dy, s.span, s.lo + e, 0.0f);
+    };
+    auto load = [&](const Slice& s) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) hold(j, s);
+#pragma unroll 4
+        for (int e = cached_from + tid; e < s.entries; e += bs) cache_entry(e, s);
+    };
+    if (kStride && row < rows) load(slice_of(row));
     for (; row < rows; row += step, ++round) {
-        const T* yr = bw::smx::row_at(y, row, y_stride);
-        const T* dyr = bw::smx::row_at(dy, row, dy_stride);
-        const bw::smx::RowSpan<P> span = bw::smx::row_span<T, P>(yr, cols);
-        int lo, hi;
-        bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
-        const int entries = hi - lo;
-        if (!kStride) load(row);
+        const Slice here = slice_of(row);
+        const bw::smx::RowSpan<P> span = here.span;
+        const int lo = here.lo, entries = here.entries, hi = lo + entries;
+        if (!kStride) load(here);
         if (tid == 0) bw::cluster::expect(box, round);
         float thread_sum = 0.0f;
 #pragma unroll
@@ -1089,33 +1102,21 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             // The next row's slices, entry by entry as this row's store frees them: entry e is
             // thread e % blockDim's in every row, so no barrier comes between.
             const bool more = row + step < rows;
-            const T* nyr = bw::smx::row_at(y, more ? row + step : row, y_stride);
-            const T* ndyr = bw::smx::row_at(dy, more ? row + step : row, dy_stride);
-            const bw::smx::RowSpan<P> nspan = bw::smx::row_span<T, P>(nyr, cols);
-            int nlo, nhi;
-            bw::smx::cluster_slice<C>(nspan.packs(), rank, nlo, nhi);
-            const int next_entries = more ? nhi - nlo : 0;
+            Slice next = slice_of(more ? row + step : row);
+            if (!more) next.entries = 0;
             // Held entries: each register takes the next row's pack as soon as its pack is stored.
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 const int e = tid + j * bs;
                 if (e < entries) store(lo + e, held_y[j], held_dy[j]);
-                const bool next = e < next_entries;
-                held_y[j] = next ? bw::smx::load_masked<T, P>(nyr, nspan, nlo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
-                held_dy[j] = next ? bw::smx::load_masked<T, P>(ndyr, nspan, nlo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+                hold(j, next);
             }
             int e = cached_from + tid;
             for (; e < entries; e += bs) {
                 store(lo + e, cache_y[e - cached_from], cache_dy[e - cached_from]);
-                if (e < next_entries) {
-                    bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], nyr, nspan, nlo + e, 0.0f);
-                    bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], ndyr, nspan, nlo + e, 0.0f);
-                }
+                if (e < next.entries) cache_entry(e, next);
             }
-            for (; e < next_entries; e += bs) {
-                bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], nyr, nspan, nlo + e, 0.0f);
-                bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], ndyr, nspan, nlo + e, 0.0f);
-            }
+            for (; e < next.entries; e += bs) cache_entry(e, next);
         } else {
 #pragma unroll
             for (int j = 0; j < R; ++j) {
