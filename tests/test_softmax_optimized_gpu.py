@@ -402,15 +402,32 @@ def _long_row_cases(op: str, cols: int, dtype: torch.dtype):
 
 @pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
-@pytest.mark.parametrize("cols", [128256, 131071])
+@pytest.mark.parametrize("cols", [128256, 131071, 151936])
 def test_backward_eighths_holding_packs_in_registers(op, dtype, cols):
     """16-bit backward rows whose eighths of y and dy leave three blocks an SM cached whole (about
-    116k-145k columns) hold 2 packs of each a thread in registers, four an SM: odd widths, rows
-    that start mid-pack, 133 rows (slices that move from row to row), poisoned outputs."""
+    116k-145k columns) hold 2 packs of each a thread in registers, four an SM, and so do rows of up
+    to about 155k, three an SM either way: odd widths, rows that start mid-pack, 133 rows (slices
+    that move from row to row), poisoned outputs."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("no thread-block clusters before sm_90")
     for _, plan, check in _long_row_cases(op, cols, dtype):
         assert plan.tier == "cluster" and plan.choice.cluster == 8 and plan.choice.cluster_regs == 2, plan
+        check()
+
+
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("cols", [160001, 200003])
+def test_float32_backward_sixteenths_holding_packs_at_two_blocks_an_sm(op, cols):
+    """float32 backward rows whose sixteenths of y and dy leave two blocks an SM cached whole (about
+    155k-227k columns) hold 4 packs of each a thread of 512 in registers, two an SM by their
+    registers, and stride over the rows: odd widths, rows that start mid-pack, 133 rows, poisoned
+    outputs."""
+    if not _holds_sixteen(op, torch.float32):
+        pytest.skip("this GPU launches no clusters of 16 blocks")
+    for rows, plan, check in _long_row_cases(op, cols, torch.float32):
+        assert plan.tier == "cluster" and plan.choice.cluster == 16 and plan.choice.cluster_regs == 4, plan
+        if rows == 133:
+            assert plan.launch.grid[0] < rows * 16, "the backward's clusters of 16 stride over the rows"
         check()
 
 

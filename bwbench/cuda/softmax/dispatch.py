@@ -129,7 +129,7 @@ CLUSTER_HELD_SHAPES = {
 }
 """The cluster shapes built with packs in registers, in order of preference: cluster_shape takes
 the first the GPU holds at min_blocks an SM where the same size cached whole would leave fewer
-(or where no size fits cached). On an H100:
+(the backward: no more), or where no size fits cached. On an H100:
 - forward, float32: sixteenths of 256 threads holding the fewest packs that leave four blocks an
   SM (rows of 262144 and 300007: 92.5-92.9% of copy, against 88.9-89.3 for eighths of 512 threads
   holding 8 packs at two an SM, and 85-87 for three an SM of 256 threads or of sixteenths cached
@@ -141,8 +141,10 @@ the first the GPU holds at min_blocks an SM where the same size cached whole wou
   blocks an SM where cached whole they leave three (rows of 256000 and 262144: 93.3-94.9% against
   89.1-90.1); 3 packs spilled and lost 7 points, 512 threads holding one lost 9. Eighths the same
   way, at three blocks an SM at least (4096 rows of 128256: four against three, 94.8-95.0 against
-  91.2). At 151936 columns, three an SM either way, held eighths read 92.5 against 90.1, but the
-  rule asks for more blocks than cached: a block-count rule, not a timing, decides."""
+  91.2). At as many blocks an SM as cached whole, the held shapes still won: 4096 rows of 151936,
+  eighths at three an SM, 92.2 against 90.3; float32 rows of 200003, sixteenths at two, 94.9
+  against 91.1. The 16-bit sixteenths at three an SM (rows of 300007-360007, striding) lost a
+  point, so they keep min_blocks four."""
 CLUSTER_STRIDE_MAX_BLOCKS = 3
 """The backward's clusters of sixteen stride over the rows where they leave at most this many
 blocks an SM (cluster_strides)."""
@@ -498,7 +500,7 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths).
     Whole 16-byte packs then take the first of CLUSTER_HELD_SHAPES of the chosen size (of any size
     where none fits cached) that leaves at least its blocks an SM and more than the slices cached
-    whole: float32 rows of 262144, forward sixteenths of 64 KiB, 12 KiB of them held, four an SM
+    whole (in the backward, at least as many): float32 rows of 262144, forward sixteenths of 64 KiB, 12 KiB of them held, four an SM
     against three, and backward sixteenths of y and dy, 64 of 128 KiB held, two against one;
     16-bit backward rows of 262144, sixteenths of 64 KiB, 16 KiB held, four against three."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
@@ -518,7 +520,7 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
                    if held.size in sizes and (cached is None or held.size == cached.size)]
     if held_shapes:
         blocks = resident or (lambda shape: resident_estimate(shape, smem_limit))
-        beat = blocks(cached) + 1 if cached else max(1, min_blocks_per_sm)
+        beat = blocks(cached) + (direction == "forward") if cached else max(1, min_blocks_per_sm)
         for held in held_shapes:
             smem = slice_bytes[held.size] - cluster_held_bytes(direction, held.packs, held.threads, pack, itemsize)
             shape = ClusterShape(held.size, held.threads, smem, held.packs)
