@@ -251,23 +251,23 @@ def test_cluster_shape_holds_packs_in_registers_only_where_that_leaves_more_bloc
     assert cluster_shape(200000, 8, 2, "backward", limit) == (8, 512, 100000, 0)
 
 
-def test_the_backward_holds_packs_where_that_leaves_as_many_blocks_an_sm_and_the_forward_only_more():
-    from bwbench.cuda.softmax.dispatch import ClusterShape, cluster_shape
+def test_float32_backward_sixteenths_hold_packs_where_that_leaves_as_many_blocks_an_sm():
+    from bwbench.cuda.softmax.dispatch import cluster_shape
 
     limit = 227 * 1024
-    # float16 backward rows of 151936: eighths of y and dy of 74 KiB leave three an SM cached whole,
-    # and three holding 2 packs of each (16 KiB less); the held shape is taken at the tie
-    assert cluster_shape(151936, 8, 2, "backward", limit) == (8, 256, 151936 * 4 // 8 - 16 * 1024, 2)
     # float32 backward rows of 200003: sixteenths leave two an SM either way (held: by registers)
     held = cluster_shape(200003, 4, 4, "backward", limit)
     assert (held.size, held.threads, held.register_packs) == (16, 512, 4)
-    # but the 16-bit backward sixteenths hold only where that leaves four (rows of 300007: three)
+    # the 16-bit shapes hold only where that leaves more: eighths of 151936 (three either way) and
+    # sixteenths of 300007 (three either way) stay cached whole
+    assert cluster_shape(151936, 8, 2, "backward", limit).register_packs == 0
     assert cluster_shape(300007, 8, 2, "backward", limit).register_packs == 0
-    # a tie by the occupancy query: the backward holds, the forward keeps its slices cached
-    same = lambda shape: 3  # noqa: E731
-    assert cluster_shape(151936, 8, 2, "backward", limit, resident=same).register_packs == 2
-    forward = cluster_shape(262144, 4, 4, "forward", limit, 2, resident=lambda shape: 4)
-    assert isinstance(forward, ClusterShape) and forward.register_packs == 0
+    # a tie by the occupancy query: float32 backward sixteenths hold, the forward's and the 16-bit
+    # eighths keep their slices cached
+    same = lambda shape: 2  # noqa: E731
+    assert cluster_shape(200003, 4, 4, "backward", limit, resident=same).register_packs == 4
+    assert cluster_shape(151936, 8, 2, "backward", limit, resident=lambda shape: 3).register_packs == 0
+    assert cluster_shape(262144, 4, 4, "forward", limit, 2, resident=lambda shape: 4).register_packs == 0
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])

@@ -402,12 +402,11 @@ def _long_row_cases(op: str, cols: int, dtype: torch.dtype):
 
 @pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
-@pytest.mark.parametrize("cols", [128256, 131071, 151936])
+@pytest.mark.parametrize("cols", [128256, 131071])
 def test_backward_eighths_holding_packs_in_registers(op, dtype, cols):
     """16-bit backward rows whose eighths of y and dy leave three blocks an SM cached whole (about
-    116k-145k columns) hold 2 packs of each a thread in registers, four an SM, and so do rows of up
-    to about 155k, three an SM either way: odd widths, rows that start mid-pack, 133 rows (slices
-    that move from row to row), poisoned outputs."""
+    116k-145k columns) hold 2 packs of each a thread in registers, four an SM: odd widths, rows
+    that start mid-pack, 133 rows (slices that move from row to row), poisoned outputs."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("no thread-block clusters before sm_90")
     for _, plan, check in _long_row_cases(op, cols, dtype):

@@ -113,38 +113,43 @@ CLUSTER_PACKS_PER_THREAD = 8
 class HeldShape(NamedTuple):
     """A cluster launch that keeps `packs` 16-byte packs of its slice a thread in registers (of x;
     of y and of dy each) and caches the rest: `size` blocks a row of `threads` threads, for values
-    of `itemsize` bytes, taken only where the GPU holds at least `min_blocks` of them an SM."""
+    of `itemsize` bytes, taken only where the GPU holds at least `min_blocks` of them an SM and
+    more than the same size cached whole, or (`ties`) as many."""
 
     size: int
     threads: int
     packs: int
     min_blocks: int
     itemsize: int
+    ties: bool = False
 
 
 CLUSTER_HELD_SHAPES = {
     "forward": (HeldShape(16, 256, 3, 4, 4), HeldShape(16, 256, 4, 4, 4), HeldShape(16, 256, 5, 4, 4),
                 HeldShape(16, 256, 6, 4, 4), HeldShape(8, 512, 8, 2, 4)),
-    "backward": (HeldShape(16, 512, 4, 2, 4), HeldShape(16, 256, 2, 4, 2), HeldShape(8, 256, 2, 3, 2)),
+    "backward": (HeldShape(16, 512, 4, 2, 4, ties=True), HeldShape(16, 256, 2, 4, 2), HeldShape(8, 256, 2, 3, 2)),
 }
 """The cluster shapes built with packs in registers, in order of preference: cluster_shape takes
 the first the GPU holds at min_blocks an SM where the same size cached whole would leave fewer
-(the backward: no more), or where no size fits cached. On an H100:
+(`ties`: no more), or where no size fits cached. On an H100:
 - forward, float32: sixteenths of 256 threads holding the fewest packs that leave four blocks an
   SM (rows of 262144 and 300007: 92.5-92.9% of copy, against 88.9-89.3 for eighths of 512 threads
   holding 8 packs at two an SM, and 85-87 for three an SM of 256 threads or of sixteenths cached
   whole); those eighths where 16 is not launched. 16-bit packs are not held: at 8 a thread the
   kernel spilled (64 registers and 126-194 bytes of stack on sm_90).
 - backward, float32: sixteenths of 512 threads holding 4 packs of y and of dy (32 floats, within
-  the 64 registers a thread has at two blocks an SM), where sixteenths cached whole leave one.
+  the 64 registers a thread has at two blocks an SM), where sixteenths cached whole leave one, and
+  also where they leave two (rows of about 155000-227000 columns, striding): 1024 x 200003, 94.9%
+  against 91.1; 1531 x 180001 and 220013, 94.4-95.2 against 91.6-92.4; 333 x 160001, 93.4-94.3
+  against 90.3-90.7.
 - backward, 16-bit: sixteenths of 256 threads holding 2 packs of y and of dy (54 registers), four
   blocks an SM where cached whole they leave three (rows of 256000 and 262144: 93.3-94.9% against
   89.1-90.1); 3 packs spilled and lost 7 points, 512 threads holding one lost 9. Eighths the same
   way, at three blocks an SM at least (4096 rows of 128256: four against three, 94.8-95.0 against
-  91.2). At as many blocks an SM as cached whole, the held shapes still won: 4096 rows of 151936,
-  eighths at three an SM, 92.2 against 90.3; float32 rows of 200003, sixteenths at two, 94.9
-  against 91.1. The 16-bit sixteenths at three an SM (rows of 300007-360007, striding) lost a
-  point, so they keep min_blocks four."""
+  91.2). At as many blocks an SM as cached whole the 16-bit shapes did not win: eighths at
+  three an SM gained 0.7-2.1 points at rows of 151936 (whole packs) but lost 2.5-3.2 at 149999
+  and 153001 (1531 and 4096 rows), and sixteenths at three (rows of 300007-360007, striding) lost
+  a point."""
 CLUSTER_STRIDE_MAX_BLOCKS = 3
 """The backward's clusters of sixteen stride over the rows where they leave at most this many
 blocks an SM (cluster_strides)."""
@@ -500,8 +505,8 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     is so small that its block has 128 threads (sixteenths of 100003: 6 points below eighths).
     Whole 16-byte packs then take the first of CLUSTER_HELD_SHAPES of the chosen size (of any size
     where none fits cached) that leaves at least its blocks an SM and more than the slices cached
-    whole (in the backward, at least as many): float32 rows of 262144, forward sixteenths of 64 KiB, 12 KiB of them held, four an SM
-    against three, and backward sixteenths of y and dy, 64 of 128 KiB held, two against one;
+    whole (those marked `ties`: at least as many): float32 rows of 262144, forward sixteenths of
+    64 KiB, 12 KiB of them held, four an SM against three, and backward sixteenths of y and dy, 64 of 128 KiB held, two against one;
     16-bit backward rows of 262144, sixteenths of 64 KiB, 16 KiB held, four against three."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
@@ -520,8 +525,9 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
                    if held.size in sizes and (cached is None or held.size == cached.size)]
     if held_shapes:
         blocks = resident or (lambda shape: resident_estimate(shape, smem_limit))
-        beat = blocks(cached) + (direction == "forward") if cached else max(1, min_blocks_per_sm)
+        cached_blocks = blocks(cached) if cached else 0
         for held in held_shapes:
+            beat = cached_blocks + (not held.ties) if cached else max(1, min_blocks_per_sm)
             smem = slice_bytes[held.size] - cluster_held_bytes(direction, held.packs, held.threads, pack, itemsize)
             shape = ClusterShape(held.size, held.threads, smem, held.packs)
             if 0 < smem <= smem_limit and blocks(shape) >= max(held.min_blocks, beat):
