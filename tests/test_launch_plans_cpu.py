@@ -264,8 +264,7 @@ def test_float32_backward_sixteenths_hold_packs_where_that_leaves_as_many_blocks
     assert cluster_shape(300007, 8, 2, "backward", limit).register_packs == 0
     # a tie by the occupancy query: float32 backward sixteenths hold, the forward's and the 16-bit
     # eighths keep their slices cached
-    same = lambda shape: 2  # noqa: E731
-    assert cluster_shape(200003, 4, 4, "backward", limit, resident=same).register_packs == 4
+    assert cluster_shape(200003, 4, 4, "backward", limit, resident=lambda shape: 2).register_packs == 4
     assert cluster_shape(151936, 8, 2, "backward", limit, resident=lambda shape: 3).register_packs == 0
     assert cluster_shape(262144, 4, 4, "forward", limit, 2, resident=lambda shape: 4).register_packs == 0
 

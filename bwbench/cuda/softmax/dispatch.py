@@ -506,8 +506,9 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
     Whole 16-byte packs then take the first of CLUSTER_HELD_SHAPES of the chosen size (of any size
     where none fits cached) that leaves at least its blocks an SM and more than the slices cached
     whole (those marked `ties`: at least as many): float32 rows of 262144, forward sixteenths of
-    64 KiB, 12 KiB of them held, four an SM against three, and backward sixteenths of y and dy, 64 of 128 KiB held, two against one;
-    16-bit backward rows of 262144, sixteenths of 64 KiB, 16 KiB held, four against three."""
+    64 KiB, 12 KiB of them held, four an SM against three, and backward sixteenths of y and dy, 64
+    of 128 KiB held, two against one; 16-bit backward rows of 262144, sixteenths of 64 KiB, 16 KiB
+    held, four against three."""
     sizes = [c for c in CLUSTER_SIZES if c <= largest]
     slice_bytes = {c: cluster_smem_bytes(cols, pack, itemsize, direction, c) for c in sizes}
     fitting = [c for c in sizes if slice_bytes[c] <= smem_limit // max(1, min_blocks_per_sm)
@@ -527,7 +528,7 @@ def cluster_shape(cols: int, pack: int, itemsize: int, direction: str, smem_limi
         blocks = resident or (lambda shape: resident_estimate(shape, smem_limit))
         cached_blocks = blocks(cached) if cached else 0
         for held in held_shapes:
-            beat = cached_blocks + (not held.ties) if cached else max(1, min_blocks_per_sm)
+            beat = cached_blocks + (0 if held.ties else 1) if cached else max(1, min_blocks_per_sm)
             smem = slice_bytes[held.size] - cluster_held_bytes(direction, held.packs, held.threads, pack, itemsize)
             shape = ClusterShape(held.size, held.threads, smem, held.packs)
             if 0 < smem <= smem_limit and blocks(shape) >= max(held.min_blocks, beat):
