@@ -888,6 +888,34 @@ __device__ __forceinline__ void cluster_slice(int packs, int rank, int& lo, int&
     hi = min(packs, lo + share);
 }
 
+// Which pack of a block's slice [lo, lo + entries) its cache entry e stands for: lo + e, turned by
+// one pack (the last entry wrapping round to lo) where pack lo starts a 32-byte sector, so that a
+// warp's 32 consecutive 16-byte packs start 16 bytes into one. Warps whose packs start on a sector
+// boundary took twice the L2 read sectors for the same DRAM bytes: rows of 303872 bytes (Qwen2's
+// 151936 half columns), whose slices all start on a boundary, ran 4-10 points below their
+// neighbours (docs/softmax.md, "Slices turned by a pack"). The backward turns only slices of an
+// even number of packs, which all start at the same offset within a sector; turning the others
+// too cost it about a point, while the forward gained.
+struct SliceOrder {
+    int lo, entries, turn;
+    __device__ __forceinline__ int pack(int e) const {
+        const int k = e + turn;
+        return lo + (k < entries ? k : k - entries);
+    }
+};
+
+template <typename T, int P>
+__device__ __forceinline__ SliceOrder slice_order(const T* row, RowSpan<P> span, int lo, int entries,
+                                                  bool odd_slices_too) {
+    int turn = 0;
+    if constexpr (P * sizeof(T) == 16) {
+        const unsigned long long first = reinterpret_cast<unsigned long long>(row - span.lo) + 16ull * lo;
+        const bool turnable = entries > 1 && (odd_slices_too || entries % 2 == 0);
+        turn = turnable && first % 32 == 0 ? 1 : 0;
+    }
+    return SliceOrder{lo, entries, turn};
+}
+
 }  // namespace smx
 }  // namespace bw
 
@@ -920,15 +948,16 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
         int lo, hi;
         bw::smx::cluster_slice<C>(span.packs(), rank, lo, hi);
         const int entries = hi - lo;
+        const bw::smx::SliceOrder order = bw::smx::slice_order<T, P>(xr, span, lo, entries, true);
 #pragma unroll
         for (int j = 0; j < R; ++j) {
             const int e = tid + j * bs;
-            held[j] = e < entries ? bw::smx::load_masked<T, P>(xr, span, lo + e, bw::neg_inf())
+            held[j] = e < entries ? bw::smx::load_masked<T, P>(xr, span, order.pack(e), bw::neg_inf())
                                   : bw::smx::pack_fill<T, P>(bw::neg_inf());
         }
 #pragma unroll 4
         for (int e = cached_from + tid; e < entries; e += bs)
-            bw::smx::copy_pack<T, P>(&cache[e - cached_from], xr, span, lo + e, bw::neg_inf());
+            bw::smx::copy_pack<T, P>(&cache[e - cached_from], xr, span, order.pack(e), bw::neg_inf());
         if (tid == 0) bw::cluster::expect(box, round);
         // The slice's max first, then its sum of exp(x - m): two passes over the cache instead of
         // the online rescale a pack, and one max for the whole block, so the partials merge with
@@ -975,7 +1004,7 @@ softmax_cluster(const T* __restrict__ x, i64 x_stride, T* __restrict__ y, i64 y_
 #pragma unroll
             for (int i = 0; i < P; ++i)
                 f[i] = kKeepExp ? f[i] * scale : Forward<Algo, T>::apply(f[i], row_max, k_row);
-            bw::smx::store_any<T, P>(yr, span, lo + e, bw::smx::pack_from<T, P>(f));
+            bw::smx::store_any<T, P>(yr, span, order.pack(e), bw::smx::pack_from<T, P>(f));
         };
 #pragma unroll
         for (int j = 0; j < R; ++j) {
@@ -1027,6 +1056,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
         const T* dy;
         bw::smx::RowSpan<P> span;
         int lo, entries;
+        bw::smx::SliceOrder order;
     };
     auto slice_of = [&](i64 r) {
         Slice s;
@@ -1036,18 +1066,19 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
         int hi;
         bw::smx::cluster_slice<C>(s.span.packs(), rank, s.lo, hi);
         s.entries = hi - s.lo;
+        s.order = bw::smx::slice_order<T, P>(s.y, s.span, s.lo, s.entries, false);
         return s;
     };
     // Entry tid + j blockDim of a slice into held register j, and entry e >= R blockDim into the
     // cache (0 outside the slice).
     auto hold = [&](int j, const Slice& s) {
         const int e = tid + j * bs;
-        held_y[j] = e < s.entries ? bw::smx::load_masked<T, P>(s.y, s.span, s.lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
-        held_dy[j] = e < s.entries ? bw::smx::load_masked<T, P>(s.dy, s.span, s.lo + e, 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+        held_y[j] = e < s.entries ? bw::smx::load_masked<T, P>(s.y, s.span, s.order.pack(e), 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
+        held_dy[j] = e < s.entries ? bw::smx::load_masked<T, P>(s.dy, s.span, s.order.pack(e), 0.0f) : bw::smx::pack_fill<T, P>(0.0f);
     };
     auto cache_entry = [&](int e, const Slice& s) {
-        bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], s.y, s.span, s.lo + e, 0.0f);
-        bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], s.dy, s.span, s.lo + e, 0.0f);
+        bw::smx::copy_pack<T, P>(&cache_y[e - cached_from], s.y, s.span, s.order.pack(e), 0.0f);
+        bw::smx::copy_pack<T, P>(&cache_dy[e - cached_from], s.dy, s.span, s.order.pack(e), 0.0f);
     };
     auto load = [&](const Slice& s) {
 #pragma unroll
@@ -1059,7 +1090,7 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
     for (; row < rows; row += step, ++round) {
         const Slice here = slice_of(row);
         const bw::smx::RowSpan<P> span = here.span;
-        const int lo = here.lo, entries = here.entries, hi = lo + entries;
+        const int entries = here.entries;
         if (!kStride) load(here);
         if (tid == 0) bw::cluster::expect(box, round);
         float thread_sum = 0.0f;
@@ -1072,10 +1103,10 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
             for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
         }
         bw::tile::wait_copies();
-        for (int k = lo + cached_from + tid; k < hi; k += bs) {
+        for (int e = cached_from + tid; e < entries; e += bs) {
             float fy[P], fdy[P];
-            bw::smx::unpack(cache_y[k - lo - cached_from], fy);
-            bw::smx::unpack(cache_dy[k - lo - cached_from], fdy);
+            bw::smx::unpack(cache_y[e - cached_from], fy);
+            bw::smx::unpack(cache_dy[e - cached_from], fdy);
 #pragma unroll
             for (int i = 0; i < P; ++i) thread_sum += Backward<Algo, T>::term(fy[i], fdy[i]);
         }
@@ -1108,12 +1139,12 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 const int e = tid + j * bs;
-                if (e < entries) store(lo + e, held_y[j], held_dy[j]);
+                if (e < entries) store(here.order.pack(e), held_y[j], held_dy[j]);
                 hold(j, next);
             }
             int e = cached_from + tid;
             for (; e < entries; e += bs) {
-                store(lo + e, cache_y[e - cached_from], cache_dy[e - cached_from]);
+                store(here.order.pack(e), cache_y[e - cached_from], cache_dy[e - cached_from]);
                 if (e < next.entries) cache_entry(e, next);
             }
             for (; e < next.entries; e += bs) cache_entry(e, next);
@@ -1121,10 +1152,10 @@ softmax_grad_cluster(const T* __restrict__ y, i64 y_stride, const T* __restrict_
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 const int e = tid + j * bs;
-                if (e < entries) store(lo + e, held_y[j], held_dy[j]);
+                if (e < entries) store(here.order.pack(e), held_y[j], held_dy[j]);
             }
-            for (int k = lo + cached_from + tid; k < hi; k += bs)
-                store(k, cache_y[k - lo - cached_from], cache_dy[k - lo - cached_from]);
+            for (int e = cached_from + tid; e < entries; e += bs)
+                store(here.order.pack(e), cache_y[e - cached_from], cache_dy[e - cached_from]);
         }
     }
     if (!peers_ready) bw::cluster::wait_peers_ready();

@@ -78,6 +78,12 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
         view = flat[1:].view(rows, cols)
         view.copy_(t)
         return view
+    if layout == "sector":  # 16 bytes past a 32-byte boundary: packs stay aligned, sectors do not
+        shift = 16 // t.element_size()
+        flat = torch.empty(rows * cols + shift, dtype=t.dtype, device=t.device)
+        view = flat[shift:].view(rows, cols)
+        view.copy_(t)
+        return view
     if layout == "strided":  # a column slice: row stride cols + 8 (packs stay aligned where cols allows)
         wide = torch.full((rows, cols + 8), float("nan"), dtype=t.dtype, device=t.device)
         wide[:, :cols] = t
@@ -340,6 +346,31 @@ def test_forced_cluster_sizes(op, size, cols):
         result = _function(op)(**laid, out=out, cluster=size)
         assert result is out
         _assert_close(out, _reference(op, inputs), op, dtype, f"{op} ({rows}, {cols}) in {size} {layout}")
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=_name)
+@pytest.mark.parametrize("packs", [1024, 1030])
+def test_cluster_slices_turned_at_sector_boundaries(op, dtype, packs):
+    """A slice whose first pack starts a 32-byte sector is read and written turned by a pack, its
+    last entry wrapping round to the first pack: rows on a sector boundary and 16 bytes past one,
+    slices of an even and an odd number of packs (1030 packs in 2, 4 and 8), a partial last pack
+    (3 columns short), every element right with poisoned outputs."""
+    from bwbench.cuda.softmax.launch import row_layout
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("no thread-block clusters before sm_90")
+    per_pack = 16 // torch.tensor([], dtype=dtype).element_size()
+    for cols in (packs * per_pack, packs * per_pack - 3):
+        for size in (2, 4, 8):
+            for rows, layout in ((5, "contiguous"), (5, "sector")):
+                inputs = _inputs(op, rows, cols, dtype, seed=cols + size)
+                laid = {k: _layout(v, layout) for k, v in inputs.items()}
+                out = _poisoned_out(rows, cols, dtype, layout)
+                assert row_layout(tuple(laid.values()) + (out,))[0] == per_pack
+                assert _function(op)(**laid, out=out, cluster=size) is out
+                _assert_close(out, _reference(op, inputs), op, dtype,
+                              f"{op} {_name(dtype)} ({rows}, {cols}) in {size} {layout}")
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
