@@ -73,13 +73,10 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     rows, cols = t.shape
     if layout == "contiguous":
         return t.contiguous()
-    if layout.startswith("offset"):  # one element past a 16-byte boundary
-        flat = torch.empty(rows * cols + 1, dtype=t.dtype, device=t.device)
-        view = flat[1:].view(rows, cols)
-        view.copy_(t)
-        return view
-    if layout == "sector":  # 16 bytes past a 32-byte boundary: packs stay aligned, sectors do not
-        shift = 16 // t.element_size()
+    if layout.startswith("offset") or layout == "sector":
+        # offset: one element past a 16-byte boundary; sector: 16 bytes past a 32-byte boundary
+        # (packs stay aligned, sectors do not)
+        shift = 1 if layout.startswith("offset") else 16 // t.element_size()
         flat = torch.empty(rows * cols + shift, dtype=t.dtype, device=t.device)
         view = flat[shift:].view(rows, cols)
         view.copy_(t)
