@@ -322,6 +322,10 @@ struct Count {
     static constexpr int value = V;
 };
 
+// A store's parameter shift that says gamma's and beta's packs lie under the row's (no shift at all),
+// beside the shifts of 0 to 3 whole words (bw::tile::shifted16).
+constexpr int kParamsLinedUp = 4;
+
 // The largest offset LayerNorm's store folds its shift into (norm_span_rows): x * rstd + folded is
 // then off from (x - shift) * rstd + offset by at most half an ulp of 16 (1e-6), a tenth of the
 // float32 y tolerance's absolute part.
@@ -1485,6 +1489,8 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         auto store_slice = [&](auto fold, auto words) {
             constexpr bool kFold = decltype(fold)::value;
             constexpr int Words = decltype(words)::value;
+            constexpr bool kLinedUp = Words == normk::kParamsLinedUp;
+            constexpr int ShiftWords = kLinedUp ? 0 : Words;
             struct Params {
                 bw::tile::Straddle g, b;
             };
@@ -1497,9 +1503,9 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             auto finish = [&](int e, const Params& p) {
                 float f[N], g[N], b[N], out[N];
                 normk::to_floats(cache[e], f);
-                normk::to_floats(bw::tile::shifted16<T, Words>(p.g), g);
+                normk::to_floats(bw::tile::shifted16<T, ShiftWords>(p.g), g);
                 if constexpr (!kRms) {
-                    normk::to_floats(bw::tile::shifted16<T, Words>(p.b), b);
+                    normk::to_floats(bw::tile::shifted16<T, ShiftWords>(p.b), b);
                     if constexpr (!kFold) {
 #pragma unroll
                         for (int j = 0; j < N; ++j) f[j] -= shift;
@@ -1508,17 +1514,52 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
                 normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
                 normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
             };
-            // The whole packs, two a thread at a time so that both packs' parameter loads are in flight
-            // together; the span's edge packs apart.
+            // The same with the parameters' packs as they lie (kLinedUp).
+            auto finish_lined_up = [&](int e, const PackT& gp, const PackT& bp) {
+                float f[N], g[N], b[N], out[N];
+                normk::to_floats(cache[e], f);
+                normk::to_floats(gp, g);
+                if constexpr (!kRms) {
+                    normk::to_floats(bp, b);
+                    if constexpr (!kFold) {
+#pragma unroll
+                        for (int j = 0; j < N; ++j) f[j] -= shift;
+                    }
+                }
+                normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
+                normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
+            };
             const int e_first = head_here;
             const int e_stop = tail_here ? entries - 1 : entries;
             int e = e_first + tid;
-            for (; e + threads < e_stop; e += 2 * threads) {
-                const Params p0 = fetch(e), p1 = fetch(e + threads);
-                finish(e, p0);
-                finish(e + threads, p1);
+            if constexpr (kLinedUp) {
+                // The parameters' packs lie under the row's: one load a pack each, so three packs of a
+                // thread at a time fit the registers two straddled packs take (four spilled bfloat16).
+                const uint4* gs = reinterpret_cast<const uint4*>(g_aligned) + lo;
+                const uint4* bs = reinterpret_cast<const uint4*>(b_aligned) + lo;
+                auto param = [](const uint4* packs, int e) { return bw::tile::as_pack16<T>(__ldg(packs + e)); };
+                constexpr int kAhead = 3;
+                for (; e + (kAhead - 1) * threads < e_stop; e += kAhead * threads) {
+                    PackT gp[kAhead], bp[kAhead];
+#pragma unroll
+                    for (int i = 0; i < kAhead; ++i) {
+                        gp[i] = param(gs, e + i * threads);
+                        bp[i] = param(bs, e + i * threads);
+                    }
+#pragma unroll
+                    for (int i = 0; i < kAhead; ++i) finish_lined_up(e + i * threads, gp[i], bp[i]);
+                }
+                for (; e < e_stop; e += threads) finish_lined_up(e, param(gs, e), param(bs, e));
+            } else {
+                // The whole packs, two a thread at a time so that both packs' parameter loads are in
+                // flight together; the span's edge packs apart.
+                for (; e + threads < e_stop; e += 2 * threads) {
+                    const Params p0 = fetch(e), p1 = fetch(e + threads);
+                    finish(e, p0);
+                    finish(e + threads, p1);
+                }
+                if (e < e_stop) finish(e, fetch(e));
             }
-            if (e < e_stop) finish(e, fetch(e));
             // An edge pack: its elements in the row one at a time, as normalize does each.
             auto store_edge = [&](int e) {
                 const int first = (lo + e) * N - lead;
@@ -1538,6 +1579,12 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
             if (tail_here && tid == threads - 1 && !(head_here && entries == 1)) store_edge(entries - 1);  // not the head's
         };
         auto store_with = [&](auto fold) {
+            if constexpr (sizeof(T) == 2 && !kRms) {  // float32 LayerNorm and bfloat16 RMSNorm lost (docs/norm.md)
+                if (g_shift == 0 && (kRms || b_shift == 0)) {
+                    store_slice(fold, normk::Count<normk::kParamsLinedUp>{});
+                    return;
+                }
+            }
             if (!kRms && g_shift != b_shift) {
                 store_slice(fold, normk::Count<bw::tile::kWordsAtRunTime>{});
                 return;
