@@ -487,7 +487,9 @@ def test_every_cluster_instantiation(dtype, rms):
     rows shorter than a pack per block, with the launcher's grid and with three clusters striding
     over the rows (their rows then start at different offsets); gamma and beta also 1 and 3, then
     both 3 elements past a 16-byte boundary, so every shift between their packs and the row's is
-    read, apart (shifted at run time) and together (the shift's words fixed at compile time)."""
+    read, apart (shifted at run time) and together (the shift's words fixed at compile time); rows
+    at the parameters' own offset (every row of whole packs with fresh parameters, and the rows that
+    start 3 elements in with both 3 past) take 16-bit LayerNorm's lined-up store."""
     from bwbench.cuda import loader
     from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS
 
