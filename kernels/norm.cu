@@ -1514,7 +1514,8 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
                 normk::normalize<kRms, N>(f, rstd, kFold ? folded : offset, g, b, out);
                 normk::Narrow<T>::template store<N>(out, reinterpret_cast<T*>(ys + e));
             };
-            // The same with the parameters' packs as they lie (kLinedUp).
+            // The same with the parameters' packs as they lie (kLinedUp). Kept apart: finish calling
+            // it with the shifted packs cost float32 LayerNorm a spill.
             auto finish_lined_up = [&](int e, const PackT& gp, const PackT& bp) {
                 float f[N], g[N], b[N], out[N];
                 normk::to_floats(cache[e], f);
