@@ -1581,7 +1581,7 @@ norm_cluster(const T* __restrict__ x, const T* __restrict__ gamma, const T* __re
         };
         auto store_with = [&](auto fold) {
             if constexpr (sizeof(T) == 2 && !kRms) {  // float32 LayerNorm and bfloat16 RMSNorm lost (docs/norm.md)
-                if (g_shift == 0 && (kRms || b_shift == 0)) {
+                if (g_shift == 0 && b_shift == 0) {
                     store_slice(fold, normk::Count<normk::kParamsLinedUp>{});
                     return;
                 }
