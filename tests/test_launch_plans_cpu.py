@@ -591,8 +591,14 @@ def test_timed_alternatives_where_measurements_split():
     smem = d.TierChoice("smem", block=1024, pack=8)
     assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
                                 clusters=True) == ("cluster",)
-    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=2,
+    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=100514, smem_blocks_per_sm=2,
+                                clusters=True) == ("cluster",), "two blocks an SM: 4096 x 50257 half columns"
+    assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=40022, smem_blocks_per_sm=3,
                                 clusters=True) == ()
+    assert d.timed_alternatives(smem, "backward", dense=True, row_bytes=100514, smem_blocks_per_sm=1,
+                                clusters=True) == ("cluster",), "the backward's y and dy at one block an SM"
+    assert d.timed_alternatives(smem, "backward", dense=True, row_bytes=100514, smem_blocks_per_sm=1,
+                                clusters=False) == ()
     assert d.timed_alternatives(smem, "forward", dense=True, row_bytes=200006, smem_blocks_per_sm=1,
                                 clusters=False) == ()
     # float32 rows of 16 KiB and more: the cluster is timed at any blocks an SM; shorter ones not

@@ -777,6 +777,11 @@ FORWARD_TILE_MAX_ROW_BYTES = 512
 registers (row_tile.LANE_ELEMENTS) at two bytes an element. Past them it lost by 20-30 points."""
 
 
+CLUSTER_TIMED_SMEM_BLOCKS = 2
+"""Rows whose cached block leaves at most this many blocks an SM time the cluster tier on first use
+(timed_alternatives)."""
+
+
 def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
                        smem_blocks_per_sm: int | None = None, clusters: bool = False,
                        fits_tighter: tuple[str, ...] = (), itemsize: int = 2) -> tuple[str, ...]:
@@ -788,8 +793,11 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
       and lost at 129 (58 against 65), 197 (73 against 79) and 577 (87 against 93);
     - forward rows of the same kind up to FORWARD_TILE_MAX_ROW_BYTES: the tile tier won at 31
       columns (52 against 46) and lost at 33, 127, 129 and 197 (33-51 against 47-66);
-    - forward rows the cached block tier holds at one block an SM, where the GPU has clusters:
-      the cluster won at 100003 columns (88 against 82) and lost at 65537 (81 against 87);
+    - rows the cached block tier holds at CLUSTER_TIMED_SMEM_BLOCKS blocks an SM or fewer, forward
+      and backward, where the GPU has clusters: the forward's cluster won at 100003 columns (88
+      against 82) and lost at 65537 (81 against 87); at 4096 rows of 50257 half columns (two
+      blocks an SM forward, one backward) it won both, 96.2 against 91.0 forward and 94.5 against
+      89.2 backward;
       float32 forward rows it holds of CLUSTER_MIN_SLICE_BYTES and more, at any blocks an SM:
       1531 and 6007 rows of 5003 columns, clusters of two, 81.6 and 92.3 against 74.2 and 88.6;
       of 20011, clusters of four, 92.7 and 95.3 against 88.0 and 94.3 (float16 at the same
@@ -819,10 +827,11 @@ def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_b
         return (*fitted, *elements)
     if choice.tier == "tile" and direction == "backward":
         return ("flat",)
-    wide_float32 = itemsize == 4 and row_bytes >= CLUSTER_MIN_SLICE_BYTES
-    if direction == "forward" and choice.tier == "smem" and clusters and (smem_blocks_per_sm == 1 or wide_float32):
-        return ("cluster",)
-    return ()
+    if choice.tier != "smem" or not clusters:
+        return ()
+    few_blocks = smem_blocks_per_sm is not None and smem_blocks_per_sm <= CLUSTER_TIMED_SMEM_BLOCKS
+    wide_float32 = direction == "forward" and itemsize == 4 and row_bytes >= CLUSTER_MIN_SLICE_BYTES
+    return ("cluster",) if few_blocks or wide_float32 else ()
 
 
 def needs_occupancy(cols: int, pack: int, direction: str, thresholds: Thresholds) -> bool:
