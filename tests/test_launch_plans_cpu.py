@@ -629,6 +629,12 @@ def test_plans_carry_the_alternatives_the_launcher_times():
     assert [c.tier for c in long.candidates] == ["smem", "cluster"]
     assert plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(clusters=False), starts_aligned=False,
                 dense=True).alternatives == ()
+    # GPT-2's vocabulary: the cached block holds a forward row at two blocks an SM, a backward one at one
+    for op in ("softmax", "log_softmax", "softmax_backward"):
+        vocab = plan(op, 4096, 50257, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
+        assert [c.tier for c in vocab.candidates] == ["smem", "cluster"], op
+    assert plan("softmax", 4096, 20011, "half_t", 8, FakeDevice(), starts_aligned=False,
+                dense=True).alternatives == (), "five blocks an SM: the cached block alone"
     # a forced tier or block is what runs: nothing to time
     assert plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
                 tier="warp").alternatives == ()

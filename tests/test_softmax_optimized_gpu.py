@@ -765,17 +765,19 @@ def test_repeated_calls_reuse_their_launch_and_stay_right(op, cols):
 
 
 @pytest.mark.parametrize("op,rows,cols", [("softmax_backward", 49152, 31), ("log_softmax_backward", 1000, 197),
-                                          ("softmax", 1024, 65537), ("log_softmax", 64, 100003)])
+                                          ("softmax", 1024, 65537), ("log_softmax", 64, 100003),
+                                          ("softmax", 64, 50257), ("softmax_backward", 64, 50257)])
 def test_first_use_timing_keeps_a_candidate_and_stays_right(op, rows, cols):
     """Shapes whose plan leaves a second tier to time (odd dense backward rows the warp tier holds;
-    forward rows cached at one block an SM, where the GPU has clusters): the first call times both
-    and keeps one, every call right with poisoned outputs, and later calls run the kept tier."""
+    rows cached at two blocks an SM or fewer, forward and backward, where the GPU has clusters):
+    the first call times both and keeps one, every call right with poisoned outputs, and later
+    calls run the kept tier."""
     from bwbench.cuda import softmax as s
     from bwbench.cuda.softmax import which_tier
 
     dtype = torch.float16
     plan = s.plan_launch(op, rows, cols, dtype, dense=True)
-    if "backward" not in op and torch.cuda.get_device_capability() < (9, 0):
+    if cols > 32768 and torch.cuda.get_device_capability() < (9, 0):  # the cached block's rival is the cluster
         assert plan.alternatives == ()
     else:  # odd backward rows the warp tier holds also time the flat tier and one element a lane, the
         # 197-column backward a wide shape
