@@ -108,7 +108,8 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
             i += 1
         else:
             if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
-                raise UsageError(f"{token} needs values, e.g. {token} 1024,4096")
+                raise UsageError(f"{token} is no option of this command, and as an axis it needs values, "
+                                 f"e.g. {token} 1024,4096 (see --help, and `bwbench list` for the axes)")
             name, values = token[2:], extra[i + 1]
             i += 2
         selected[name.replace("-", "_")] = split_list(values) if ";" not in values else \
