@@ -39,8 +39,13 @@ def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | N
     """
     import torch
 
-    index = torch.cuda.current_device() if gpu is None and torch.cuda.is_available() else (gpu or 0)
+    from .session import check_bench_arguments
+    from .timing import check_timer_kind
+
+    check_bench_arguments(fn, bytes, mode)  # before any GPU work, as the command line checks its own
+    check_timer_kind(timer)
     policy = _policy(max_time, noise, min_samples)
+    index = torch.cuda.current_device() if gpu is None and torch.cuda.is_available() else (gpu or 0)
     key = (index, policy, timer)
     if key not in _SESSIONS:
         _SESSIONS[key] = Session.open(index, SessionSettings(policy=policy, timer=timer), measure_copy=False,

@@ -116,6 +116,23 @@ def fails_run(record: Record) -> bool:
     return record.status == "failed" and record.role != "baseline"
 
 
+def check_bench_arguments(fn: Any, nbytes: Any, mode: str) -> int:
+    """bench's arguments checked before any GPU work: a callable, a positive whole number of bytes
+    (an int, or a number that is one, as numpy's are), a timing mode. Returns the bytes as an int."""
+    import numbers
+
+    from .timing import TIMING_MODES
+
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, not {type(fn).__name__}")
+    if mode not in TIMING_MODES:
+        raise ValueError(f"mode must be one of {', '.join(TIMING_MODES)}, not {mode!r}")
+    whole = isinstance(nbytes, numbers.Integral) or (isinstance(nbytes, numbers.Real) and float(nbytes).is_integer())
+    if isinstance(nbytes, bool) or not whole or int(nbytes) <= 0:
+        raise ValueError(f"bytes must be a positive whole number (the bytes fn moves), not {nbytes!r}")
+    return int(nbytes)
+
+
 class Session:
     """Measures on one device. Build it with `Session.open(gpu)`; tests build it from fakes."""
 
@@ -193,13 +210,10 @@ class Session:
         """Time `fn()` as the case loop times an implementation (same timer, policy and mode), and a
         copy moving the same bytes right before it, as the case loop does."""
         from .stats import disturbance
-        from .timing import TIMING_MODES, measure_copy_ceiling
+        from .timing import measure_copy_ceiling
 
         mode = mode or self.settings.timing
-        if mode not in TIMING_MODES:
-            raise ValueError(f"mode must be one of {', '.join(TIMING_MODES)}, not {mode!r}")
-        if int(nbytes) <= 0:
-            raise ValueError(f"bytes must be positive (the bytes fn moves), not {nbytes!r}")
+        nbytes = check_bench_arguments(fn, nbytes, mode)
         ceiling = measure_copy_ceiling(self.timer, int(nbytes) // 2, mode)
         m = self.timer.measure(fn, mode)
         gbps = int(nbytes) / (m.stats.median_us * 1e-6) / 1e9

@@ -28,6 +28,36 @@ def test_bench_reports_median_bandwidth_and_percent_of_a_copy_timed_the_same_way
         session.bench(lambda: None, nbytes=0)
 
 
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"bytes": 0}, ValueError, "bytes must be a positive whole number"),
+    ({"bytes": -8}, ValueError, "bytes must be a positive whole number"),
+    ({"bytes": 1.5}, ValueError, "bytes must be a positive whole number"),
+    ({"bytes": True}, ValueError, "bytes must be a positive whole number"),
+    ({"bytes": "8000"}, ValueError, "bytes must be a positive whole number"),
+    ({"bytes": 8000, "mode": "warm"}, ValueError, "mode must be one of cold, hot"),
+    ({"bytes": 8000, "timer": "stopwatch"}, Exception, "--timer must be one of"),
+    ({"bytes": 8000, "max_time": 0}, ValueError, "max_time and noise must be positive"),
+])
+def test_bench_rejects_bad_arguments_before_any_gpu_work(monkeypatch, kwargs, error, message):
+    def no_gpu_work(*args, **kw):
+        raise AssertionError("a session was opened for arguments that were never valid")
+
+    monkeypatch.setattr(Session, "open", classmethod(no_gpu_work))
+    with pytest.raises(error, match=message):
+        bwbench.bench(lambda: None, **kwargs)
+    with pytest.raises(TypeError, match="fn must be a callable"):
+        bwbench.bench("torch.softmax", bytes=8000)
+
+
+def test_bench_takes_whole_numbers_of_bytes_of_any_numeric_type():
+    import numpy as np
+
+    from bwbench.session import check_bench_arguments
+
+    assert check_bench_arguments(print, np.int64(8000), "cold") == 8000
+    assert check_bench_arguments(print, 8e3, "hot") == 8000
+
+
 def test_run_returns_a_frame_and_writes_the_file_it_is_given(tmp_path, monkeypatch):
     monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
     suite = bwbench.Suite("double", "y = 2x", axes={"n": [16, 33]}, dtypes=["float32"])
