@@ -213,6 +213,8 @@ def from_path(text: str) -> list[Suite | BrokenSuite]:
             raise SelectionError(f"{text}: no suite files in this folder (a *.py that defines `suite = Suite(...)`)")
         return entries
     if path.is_file():
+        if path.suffix != ".py":
+            raise SelectionError(f"{text}: not a suite file (a *.py that defines `suite = Suite(...)`)")
         return [load_suite_file(path)]
     raise SelectionError(f"{text}: no such file or folder")
 

@@ -470,6 +470,13 @@ def test_paths_and_arguments_with_markup_print_as_written(tmp_path):
     one_error_line(text, code, "[/]: no such file or folder")
 
 
+def test_a_file_that_is_no_python_is_no_suite(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("softmax at 4096 columns\n")
+    code, text = cli("run", str(notes))
+    one_error_line(text, code, "notes.txt: not a suite file (a *.py that defines `suite = Suite(...)`)")
+
+
 # === gate verdicts on bad data ==========================================================================
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -100.0, 0.0, None])
 def test_an_invalid_current_number_is_its_own_verdict_and_fails_the_gate(tmp_path, bad):
