@@ -4,6 +4,8 @@ The public API (imported on first use, so `import bwbench` stays cheap and does 
 
 - `Suite`, `Traffic`, `Tolerance`, `Skip`, `pow2`, `compile_per_case`: declare a benchmark;
 - `bench(fn, bytes=..., mode="cold")`: time one callable against a same-size copy;
+- `plan(suite_or_path, impls=..., **axes)`: what `run` would measure, checked, with no GPU
+  (`bwbench run --dry-run`);
 - `run(suite_or_path, impls=..., **axes)`: check and time a suite, a pandas DataFrame back;
 - `load(path)`: a results file as a DataFrame.
 """
@@ -13,7 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Suite": "suite", "Traffic": "suite", "Tolerance": "suite", "Skip": "suite", "pow2": "suite",
     "compile_per_case": "suite", "Case": "suite", "kind_order": "suite",
-    "bench": "api", "run": "api", "load": "api", "BenchResult": "session", "Session": "session",
+    "bench": "api", "plan": "api", "run": "api", "load": "api", "BenchResult": "session", "Session": "session",
 }
 
 __all__ = ["__version__", *_EXPORTS]

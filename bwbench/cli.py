@@ -190,6 +190,7 @@ def run(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Fleet run on every GPU worker (--resources GPU=1) of the Dask scheduler at this address, e.g. tcp://HOST:8786."),
     fail_on_outlier: bool = typer.Option(False, "--fail-on-outlier", help="Fleet run: exit 1 when a GPU is more than --outlier-threshold below the fleet median."),
     outlier_threshold: str = typer.Option("5%", "--outlier-threshold", help="Fleet run: how far below the fleet median (copy bandwidth, optimized % of copy) flags a GPU."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the selection and print the cases and implementations the run would measure, then stop: no GPU needed, no file written."),
 ):
     """Sweep a suite (or several, or `all`): check every implementation against the reference, time it, write results and a report.
 
@@ -225,6 +226,13 @@ def run(
         return plans, parse_size(copy_size), gates
 
     plans, copy_bytes, gates = _guard(prepare)
+    if dry_run:
+        from .console import plan_table
+
+        console.print(plan_table(plans))
+        measured = sum(len(p.cases) * (len(p.impls) + 1) for p in plans)
+        console.print(f"[dim]{measured} measurements (every case also times the same-size copy)[/]")
+        raise typer.Exit(0)
     if gpus is not None or scheduler is not None:  # many GPUs through Dask (bwbench/fleet)
         from .fleet.command import FleetOptions, FleetOutput, request_from_plans, run_fleet
 

@@ -48,6 +48,22 @@ def cell(record: Record | None, show_mask: bool = False) -> str:
     return text
 
 
+def plan_table(plans) -> Table:
+    """What a run would measure (`run --dry-run`), a row a suite and dtype: its cases by axis values
+    and its implementations; every case also measures the same-size copy."""
+    table = Table(title="bwbench run --dry-run: what would be measured", title_justify="left")
+    for column in ("suite", "dtype", "cases", "implementations"):
+        table.add_column(column)
+    for plan in plans:
+        by_dtype: dict[str, list[str]] = defaultdict(list)
+        for case in plan.cases:
+            by_dtype[case.dtype].append(case.id)
+        impls = ", ".join(plain(i.name) for i in plan.impls)
+        for dtype, ids in by_dtype.items():
+            table.add_row(plain(plan.suite.name), dtype, f"{len(ids)}: " + "; ".join(plain(i) for i in ids), impls)
+    return table
+
+
 def summary_tables(records: Iterable[Record]) -> list[Table]:
     """One table per (suite, dtype): a row per case, a column per implementation, copy first."""
     groups: dict[tuple[str, str], list[Record]] = defaultdict(list)

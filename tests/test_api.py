@@ -58,6 +58,15 @@ def test_bench_takes_whole_numbers_of_bytes_of_any_numeric_type():
     assert check_bench_arguments(print, 8e3, "hot") == 8000
 
 
+def test_plan_is_what_run_would_measure_without_a_gpu():
+    plans = bwbench.plan("softmax", impls="optimized,torch", dtypes="float16", preset="odd")
+    [softmax] = plans
+    assert [i.name for i in softmax.impls] == ["optimized", "torch"]
+    assert {(c.rows, c.cols) for c in softmax.cases} >= {(49152, 31), (1024, 262144)}
+    with pytest.raises(bwbench.suite.SelectionError, match="no axis 'colz'"):
+        bwbench.plan("softmax", colz=5)
+
+
 def test_run_returns_a_frame_and_writes_the_file_it_is_given(tmp_path, monkeypatch):
     monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
     suite = bwbench.Suite("double", "y = 2x", axes={"n": [16, 33]}, dtypes=["float32"])

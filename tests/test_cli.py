@@ -50,7 +50,7 @@ def test_list_names_each_suites_presets(monkeypatch):
     (("run", "softmax", "--depth", "3"), "no axis 'depth'; axes: rows, cols"),
     (("run", "softmax", "--cols", "wide"), "cannot read 'wide'"),
     (("run", "softmax", "--cols"), "as an axis it needs values, e.g. --cols 1024,4096"),
-    (("run", "softmax", "--dry-run"), "--dry-run is no option of this command"),
+    (("run", "softmax", "--verbose"), "--verbose is no option of this command"),
     (("run", "softmax", "--timing", "lukewarm"), "--timing must be one of cold, hot"),
     (("run", "softmax", "--copy-size", "lots"), "cannot read 'lots' as a size"),
     (("report", "missing.json"), "does not exist"),
@@ -60,6 +60,20 @@ def test_bad_input_is_a_message_and_exit_code_2(args, message):
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+def test_dry_run_lists_what_would_be_measured_and_touches_nothing(tmp_path):
+    out = tmp_path / "never"
+    result = invoke("run", "softmax,layernorm", "--preset", "models", "--impl", "optimized,compiled",
+                    "--dtype", "float16,float32", "--dry-run", "--out", str(out))
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "rows=4096,cols=50257" in text and "rows=16384,cols=12288" in text
+    # softmax 7 cases and layernorm 12, in two dtypes, each with two implementations and the copy
+    assert f"{(7 + 12) * 2 * 3} measurements" in text
+    assert not out.exists(), "a dry run writes nothing"
+    bad = invoke("run", "softmax", "--cols", "0", "--dry-run")
+    assert bad.exit_code == 2 and "must be a positive integer" in bad.output
 
 
 def test_run_all_names_every_suite_once():

@@ -154,7 +154,7 @@ def test_run_of_a_path_without_a_gpu_gets_past_discovery(tmp_path, monkeypatch):
 def test_a_suite_outside_the_package_imports_only_the_public_api():
     import bwbench
 
-    for name in ("Suite", "Traffic", "Tolerance", "Skip", "pow2", "compile_per_case", "bench", "run", "load"):
+    for name in ("Suite", "Traffic", "Tolerance", "Skip", "pow2", "compile_per_case", "bench", "plan", "run", "load"):
         assert getattr(bwbench, name).__doc__, name
 
 
