@@ -153,6 +153,11 @@ def _guard(fn):
         fail(str(err))
 
 
+def _measurements(plans) -> int:
+    """Records a run of these plans makes: each case's implementations and its same-size copy."""
+    return sum(len(p.cases) * (len(p.impls) + 1) for p in plans)
+
+
 def _default_stem(suite: str, gpu_name: str) -> str:
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower() or "gpu"
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -230,8 +235,7 @@ def run(
         from .console import plan_table
 
         console.print(plan_table(plans))
-        measured = sum(len(p.cases) * (len(p.impls) + 1) for p in plans)
-        console.print(f"[dim]{measured} measurements (every case also times the same-size copy)[/]")
+        console.print(f"[dim]{_measurements(plans)} measurements (every case also times the same-size copy)[/]")
         raise typer.Exit(0)
     if gpus is not None or scheduler is not None:  # many GPUs through Dask (bwbench/fleet)
         from .fleet.command import FleetOptions, FleetOutput, request_from_plans, run_fleet
@@ -244,7 +248,7 @@ def run(
             {"suite": suite, "dtype": dtype, "impl": impl, "axes": request.axes, "quick": quick, "preset": preset, "timing": timing, "timer": timer,
              "max_time": max_time, "noise": noise, "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
             {p.suite.name: p.suite.describe() for p in plans}, console,
-            records_per_gpu=sum(len(p.cases) * (len(p.impls) + 1) for p in plans),
+            records_per_gpu=_measurements(plans),
             apply_gates=lambda part: _apply_gates(gates, part))))
     settings = SessionSettings(timing=timing, seed=seed, copy_bytes=copy_bytes, timer=timer,
                                policy=SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time))

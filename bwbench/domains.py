@@ -35,7 +35,7 @@ class IntRange:
     text: str = ""
 
     def __call__(self, value: Any) -> str | None:
-        if _is_int(value) and value > self.high >= self.low:
+        if _is_int(value) and value > self.high:
             return f"must be at most {self.high:,}"  # a positive count too large says so, not "positive"
         if not _is_int(value) or not self.low <= value <= self.high:
             return f"must be {self.text or f'an integer from {self.low} to {self.high}'}"

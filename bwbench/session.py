@@ -214,11 +214,11 @@ class Session:
 
         mode = mode or self.settings.timing
         nbytes = check_bench_arguments(fn, nbytes, mode)
-        ceiling = measure_copy_ceiling(self.timer, int(nbytes) // 2, mode)
+        ceiling = measure_copy_ceiling(self.timer, nbytes // 2, mode)
         m = self.timer.measure(fn, mode)
-        gbps = int(nbytes) / (m.stats.median_us * 1e-6) / 1e9
+        gbps = nbytes / (m.stats.median_us * 1e-6) / 1e9
         return BenchResult(median_us=m.stats.median_us, gbps=gbps, pct_copy=100.0 * gbps / ceiling.gbps,
-                           copy_gbps=ceiling.gbps, bytes=int(nbytes), mode=m.mode,
+                           copy_gbps=ceiling.gbps, bytes=nbytes, mode=m.mode,
                            samples_us=list(m.samples_us), stats=m.stats,
                            pct_peak=100.0 * gbps / self.peak_gbps if self.peak_gbps else None,
                            disturbed=disturbance(m.stats) is not None,
