@@ -409,8 +409,8 @@ def test_the_cluster_tier_takes_a_cluster_only_where_two_blocks_fit_an_sm():
                 block=1024).block == 1024, "a forced block stays"
     # a row whose eighths leave two blocks an SM keeps the portable size, and nothing asks about 16
     half = FakeDevice(clusters=True)
-    assert plan("softmax", 1024, 262144, "half_t", 8, half).choice.cluster == 8
-    assert not any(q[0] == "clusters" for q in half.asked)
+    assert plan("softmax", 1024, 262144, "half_t", 8, half, tier="cluster").choice.cluster == 8
+    assert not any(q[0] == "clusters" for q in half.asked), "the rule; the other sizes timed beside it do ask"
     # the partly cached backward keeps rows whose y and dy one block mostly holds
     partly = plan("softmax_backward", 4096, 32768, "float", 4, FakeDevice(clusters=True))
     assert partly.tier == "smem" and partly.choice.partial
@@ -626,15 +626,21 @@ def test_plans_carry_the_alternatives_the_launcher_times():
     assert "tile" not in [c.tier for c in plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(),
                                                 starts_aligned=False, dense=False).candidates]
     long = plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-    assert [c.tier for c in long.candidates] == ["smem", "cluster"]
+    assert [c.tier for c in long.candidates] == ["smem"] + ["cluster"] * 4
+    assert [c.choice.cluster for c in long.candidates[1:]] == [8, 2, 4, 16], "the rule's size, then the others"
     assert plan("softmax", 1024, 100003, "half_t", 8, FakeDevice(clusters=False), starts_aligned=False,
                 dense=True).alternatives == ()
     # GPT-2's vocabulary: the cached block holds a forward row at two blocks an SM, a backward one at one
     for op in ("softmax", "log_softmax", "softmax_backward"):
         vocab = plan(op, 4096, 50257, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True)
-        assert [c.tier for c in vocab.candidates] == ["smem", "cluster"], op
+        assert [c.tier for c in vocab.candidates] == ["smem"] + ["cluster"] * 4, op
+        assert sorted(c.choice.cluster for c in vocab.candidates[1:]) == [2, 4, 8, 16], op
     assert plan("softmax", 4096, 20011, "half_t", 8, FakeDevice(), starts_aligned=False,
                 dense=True).alternatives == (), "five blocks an SM: the cached block alone"
+    # the other sizes only where their slices leave two blocks an SM: float16 backward rows of
+    # 262144 leave one in eighths (128 KiB of y and dy) and fewer in halves and quarters
+    assert [c.choice.cluster for c in plan("softmax_backward", 1024, 262144, "half_t", 8, FakeDevice(),
+                                           dense=True).candidates] == [16]
     # a forced tier or block is what runs: nothing to time
     assert plan("softmax_backward", 49152, 31, "half_t", 8, FakeDevice(), starts_aligned=False, dense=True,
                 tier="warp").alternatives == ()

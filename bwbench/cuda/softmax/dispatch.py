@@ -781,6 +781,10 @@ CLUSTER_TIMED_SMEM_BLOCKS = 2
 """Rows whose cached block leaves at most this many blocks an SM time the cluster tier on first use
 (timed_alternatives)."""
 
+CLUSTER_TIMED_MIN_BLOCKS = 2
+"""Where a cluster is a candidate, the other sizes whose slices leave at least this many blocks an
+SM are timed beside it (plan._other_cluster_sizes)."""
+
 
 def timed_alternatives(choice: TierChoice, direction: str, *, dense: bool, row_bytes: int,
                        smem_blocks_per_sm: int | None = None, clusters: bool = False,
