@@ -1,7 +1,8 @@
 """The `bwbench` command line: run, list, info, report.
 
 Exit codes: 0 success; 1 an implementation failed its check or errored (its record says why);
-2 usage or input error, or no GPU; 130 interrupted (the results measured so far are kept).
+2 usage or input error, or no GPU; 130 interrupted by Ctrl-C or SIGTERM (the results measured so
+far are kept).
 """
 
 from __future__ import annotations
@@ -327,6 +328,7 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .device import query_device, require_cuda
+    from .interrupts import terminate_as_interrupt
     from .outputs import make_folder, results_stem
     from .results import write_csv
     from .session import Session, fails_run
@@ -352,9 +354,10 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("starting", total=sum(len(p.cases) * (len(p.impls) + 1) for p in plans))
-        document = session.run(plans, output=paths["json"], options=options, replace=force,
-                               on_record=lambda rec: progress.advance(task),
-                               on_step=lambda text: progress.update(task, description=text))
+        with terminate_as_interrupt():  # a job's time limit keeps what was measured, as Ctrl-C does
+            document = session.run(plans, output=paths["json"], options=options, replace=force,
+                                   on_record=lambda rec: progress.advance(task),
+                                   on_step=lambda text: progress.update(task, description=text))
     interrupted = document.interrupted
     write_csv(document, paths["csv"])
     if note := add_finished_run(paths["json"], store_path):

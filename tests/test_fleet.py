@@ -253,6 +253,29 @@ def test_ctrl_c_on_the_command_exits_130_with_the_records_written(three_fake_gpu
     assert doc.interrupted and doc.records and "interrupted" in text
 
 
+def test_sigterm_on_the_command_stops_the_fleet_as_ctrl_c_does(three_fake_gpus, tmp_path):
+    import os
+    import signal
+
+    handled = []
+
+    def time_limit():  # as `timeout` or a batch system ends a job; unhandled, it would end pytest too
+        handled.append(signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)
+        if handled[0]:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(1.0, time_limit)
+    timer.start()
+    try:
+        code, doc, text = _run(three_fake_gpus, tmp_path, FakeGpus(cases=400, delay_s=0.1))
+    finally:
+        timer.cancel()
+    assert handled == [True], "SIGTERM is handled while the fleet runs"
+    assert code == 130, text
+    assert doc.interrupted and doc.records and "interrupted" in text
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_gpu_selection():
     assert parse_gpu_selection("all") == ALL and parse_gpu_selection(" 0, 2") == [0, 2]
     for bad in ("", "0,x", "1,1", "-1", "0;1"):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -39,7 +41,7 @@ COPY_GBPS = 125.0
 N = 1 << 16
 """Elements of the fake suite's case: 256 KiB of float32 read and 256 KiB written."""
 
-TIMES_US = {"good": 5.0, "slow": 10.0, "wrong": 5.0, "ctrl_c": 5.0}
+TIMES_US = {"good": 5.0, "slow": 10.0, "wrong": 5.0, "ctrl_c": 5.0, "sigterm": 5.0}
 """Median microseconds each implementation reports to the fake timer."""
 
 
@@ -88,7 +90,8 @@ def fake_info(device) -> DeviceInfo:
 
 
 def make_suite() -> Suite:
-    """y = 2x over N float32 elements; 'wrong' computes 3x; 'ctrl_c' is interrupted while timed."""
+    """y = 2x over N float32 elements; 'wrong' computes 3x; 'ctrl_c' is interrupted while timed, and
+    'sigterm' sends its own process SIGTERM there (as `timeout` or a batch system's time limit does)."""
     suite = Suite("scale", "y = 2 x", axes={"n": [N]}, dtypes=["float32"], domains={"n": lambda v: None if v > 0 else "must be positive"})
 
     @suite.inputs
@@ -109,6 +112,9 @@ def make_suite() -> Suite:
                 FakeTimer.last_us = TIMES_US[name]
                 if name == "ctrl_c" and FakeTimer.measured >= 1:
                     raise KeyboardInterrupt
+                if name == "sigterm" and FakeTimer.measured >= 1:  # unhandled, it would end pytest too
+                    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM would end the run"
+                    os.kill(os.getpid(), signal.SIGTERM)
                 return x * factor
             return run
         return build
@@ -117,6 +123,7 @@ def make_suite() -> Suite:
     suite.impl("slow", kind="naive")(timed("slow", 2))
     suite.impl("wrong", kind="cuda")(timed("wrong", 3))
     suite.impl("ctrl_c", kind="compiled")(timed("ctrl_c", 2))
+    suite.impl("sigterm", kind="compiled")(timed("sigterm", 2))
     return suite
 
 
@@ -186,6 +193,19 @@ def test_interrupted_run_exits_130_and_keeps_what_it_measured(fake_gpu, tmp_path
     doc = read_document(only_results(tmp_path))
     assert doc.interrupted and not doc.complete
     assert [r.impl for r in doc.records] == ["copy", "good"], "the records measured before Ctrl-C are kept"
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does_and_is_then_left_as_it_was(fake_gpu, tmp_path):
+    """`timeout`, Slurm and CI runners stop a job with SIGTERM: NAME.json, the CSV and the summary
+    still get every record measured before it, and afterwards SIGTERM's handling is back as it was."""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    result = run(tmp_path, "--impl", "good,sigterm")
+    assert result.exit_code == 130, result.output
+    doc = read_document(only_results(tmp_path))
+    assert doc.interrupted and not doc.complete
+    assert [r.impl for r in doc.records] == ["copy", "good"]
+    assert only_results(tmp_path, "*.csv") and not list(tmp_path.glob("*.jsonl"))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_bad_axis_value_exits_2_before_any_gpu_work(fake_gpu, tmp_path):

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..interrupts import terminate_as_interrupt
 from .request import RunRequest
 from .worker import run_on_gpu_worker
 
@@ -70,8 +71,9 @@ class _CtrlC:
 @contextmanager
 def ctrl_c_between_polls():
     """The first Ctrl-C only raises a flag that the loop reads between polls, so that a batch of
-    records taken off the queue is always written whole; a second Ctrl-C interrupts at once.
-    (Only the main thread can own SIGINT; elsewhere, and where SIGINT is ignored, nothing changes.)"""
+    records taken off the queue is always written whole; a second Ctrl-C interrupts at once. SIGTERM
+    (a job's time limit) counts as a Ctrl-C. (Only the main thread can own SIGINT; elsewhere, and
+    where SIGINT is ignored, nothing changes.)"""
     state = _CtrlC()
     if threading.current_thread() is not threading.main_thread():
         yield state
@@ -88,7 +90,8 @@ def ctrl_c_between_polls():
 
     signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield state
+        with terminate_as_interrupt(on_sigint):  # a job's time limit stops the fleet as Ctrl-C does
+            yield state
     finally:
         signal.signal(signal.SIGINT, previous)
 
