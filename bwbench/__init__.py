@@ -8,6 +8,12 @@ The public API (imported on first use, so `import bwbench` stays cheap and does 
   (`bwbench run --dry-run`);
 - `run(suite_or_path, impls=..., **axes)`: check and time a suite, a pandas DataFrame back;
 - `load(path)`: a results file as a DataFrame.
+
+What they raise, all before any GPU work unless noted: `SelectionError` (a suite, implementation,
+dtype, preset or axis value the suite does not have), its subclass `BrokenSuiteError` (a suite file
+that cannot be imported: the message names its file and line), `SuiteDefinitionError` (a suite
+declared wrong, such as a traffic function that raises or returns no Traffic), and `NoGpuError`
+(`run` and `bench` without a CUDA GPU).
 """
 
 __version__ = "0.1.0"
@@ -16,6 +22,8 @@ _EXPORTS = {
     "Suite": "suite", "Traffic": "suite", "Tolerance": "suite", "Skip": "suite", "pow2": "suite",
     "compile_per_case": "suite", "Case": "suite", "kind_order": "suite",
     "bench": "api", "plan": "api", "run": "api", "load": "api", "BenchResult": "session", "Session": "session",
+    "SelectionError": "suite", "SuiteDefinitionError": "suite", "BrokenSuiteError": "discovery",
+    "NoGpuError": "device",
 }
 
 __all__ = ["__version__", *_EXPORTS]

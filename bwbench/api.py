@@ -65,15 +65,17 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
 def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterable[str] | str | None = None,
          quick: bool = False, preset: str | Iterable[str] | None = None, **axes: Any) -> list[SuitePlan]:
     """The plans a run would measure, chosen and checked before any GPU work (SelectionError on
-    a name, dtype or axis the suite does not have)."""
+    a name, dtype or axis the suite does not have; SuiteDefinitionError on a traffic function that
+    raises or returns no Traffic for one of the cases)."""
     from .discovery import resolve
 
     impl_names = [s.strip() for s in impls.split(",")] if isinstance(impls, str) else (list(impls) if impls else None)
     dtype_names = [s.strip() for s in dtypes.split(",")] if isinstance(dtypes, str) else (list(dtypes) if dtypes else None)
     plans = []
     for suite in resolve(suite_or_path):
-        plans.append(SuitePlan(suite, suite.select_impls(impl_names),
-                               suite.cases(dtype_names, _axis_values(suite, axes), quick=quick, preset=preset)))
+        cases = suite.cases(dtype_names, _axis_values(suite, axes), quick=quick, preset=preset)
+        suite.check_traffic(cases)
+        plans.append(SuitePlan(suite, suite.select_impls(impl_names), cases))
     return plans
 
 

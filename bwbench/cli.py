@@ -223,8 +223,9 @@ def run(
         for chosen in resolve(suite):
             impls = chosen.select_impls(split_list(impl))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
-            plans.append(SuitePlan(chosen, impls, chosen.cases(split_list(dtype), axis_values, quick=quick,
-                                                               preset=preset)))
+            cases = chosen.cases(split_list(dtype), axis_values, quick=quick, preset=preset)
+            chosen.check_traffic(cases)  # a broken byte model is exit 2 here, not a traceback mid-sweep
+            plans.append(SuitePlan(chosen, impls, cases))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
         if timing == "hot" or timer != "auto":  # the clock is known now; auto's is checked once chosen
             check_baseline_method(gates.baseline, timing, timer)
@@ -670,14 +671,14 @@ def store_import(
     """Add earlier results files to the store (adding the same run twice adds nothing)."""
 
     def add() -> None:
-        from .store import DEFAULT_STORE, StoreError, add_document
+        from .store import DEFAULT_STORE, StoreError, import_files
 
         target = store or DEFAULT_STORE
-        for path in files:
-            try:
-                result = add_document(path, target)
-            except (StoreError, ValueError) as err:
-                raise UsageError(str(err)) from None
+        try:  # every file read before any is added: a bad one leaves the store as it was
+            added = import_files(files, target)
+        except (StoreError, ValueError) as err:
+            raise UsageError(str(err)) from None
+        for path, result in added:
             what = "new run" if result.new_run else "run already stored"
             console.print(f"{path}: {what} ({result.gpu_name}, {result.created}), {result.added_records} records added",
                           markup=False, soft_wrap=True)
@@ -707,6 +708,8 @@ def history(
         from .store import DEFAULT_STORE, StoreError, known_values, query_trend
 
         target = store or DEFAULT_STORE
+        if output is not None:  # never the store it reads, a results file or another store
+            check_report_output(output, [target])
         try:
             points = query_trend(target, suite, case, split_list(impl), split_list(dtype), gpu)
             if not points:

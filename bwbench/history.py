@@ -129,7 +129,7 @@ def render_trend_html(title: str, rows: Sequence[TrendRow], impls: Sequence[str]
 
 
 def write_trend_html(path: Path, *args, **kwargs) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_trend_html(*args, **kwargs), encoding="utf-8")
-    return path
+    """Written as every output is (outputs.write_text): atomically, through links and into devices."""
+    from .outputs import write_text
+
+    return write_text(Path(path), render_trend_html(*args, **kwargs))

@@ -99,10 +99,12 @@ def refuse_input_as_output(output: os.PathLike | str, inputs: Iterable[os.PathLi
 
 
 def refuse_results_file(output: os.PathLike | str, option: str) -> None:
-    """A report or a gate's verdicts never replace an existing results file."""
+    """A report or a gate's verdicts never replace an existing results file or results store."""
     path = Path(output)
     if path.is_file() and looks_like_results(path):
         raise OutputError(f"{option} {path} is a bwbench results file; it would be replaced: choose another file")
+    if path.is_file() and looks_like_store(path):
+        raise OutputError(f"{option} {path} is a database (a results store?); it would be replaced: choose another file")
 
 
 def looks_like_results(path: Path) -> bool:
@@ -113,6 +115,15 @@ def looks_like_results(path: Path) -> bool:
     except OSError:
         return False
     return b'"bwbench.results/' in head or head.lstrip().startswith(b'{"header"')
+
+
+def looks_like_store(path: Path) -> bool:
+    """An SQLite file, as the results store is."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def distinct_outputs(outputs: dict[str, os.PathLike | str | None]) -> None:
@@ -196,8 +207,15 @@ def atomic_file(path: os.PathLike | str, mode: str = "w", encoding: str | None =
                 newline: str | None = None) -> Iterator:
     """Write `path` through a unique temporary file in its folder, renamed over it when the block
     ends without an error: readers see the old file or the new one, never a mix, and two writers
-    of one path never interleave (the last rename wins whole). On an error the target is untouched."""
+    of one path never interleave (the last rename wins whole). On an error the target is untouched.
+    A link is written through (the file it points at is replaced, the link stays), and a device or a
+    pipe (/dev/null, a FIFO) is written into, never replaced by a file."""
     target = Path(path)
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if target.exists() and not target.is_file() and not target.is_dir():
+        yield from _written_through(target, mode, encoding, newline)
+        return
     make_folder(target.parent)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -219,6 +237,15 @@ def atomic_file(path: os.PathLike | str, mode: str = "w", encoding: str | None =
     except BaseException:
         _remove_quietly(tmp)
         raise
+
+
+def _written_through(target: Path, mode: str, encoding: str | None, newline: str | None) -> Iterator:
+    binary = "b" in mode
+    try:
+        with open(target, mode, encoding=None if binary else encoding, newline=None if binary else newline) as fh:
+            yield fh
+    except OSError as err:
+        raise OutputError(os_error_text(err, target)) from None
 
 
 def write_text(path: os.PathLike | str, text: str) -> Path:

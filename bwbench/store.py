@@ -127,6 +127,8 @@ class TrendPoint:
 def connect(store_path: str | Path, create: bool = True) -> sqlite3.Connection:
     """Open (and, if asked, create) the store, with its tables in place."""
     path = Path(store_path)
+    if path.exists() and not path.is_file():  # a folder or a device: SQLite would leave a journal beside it
+        raise StoreError(f"{path} is not a bwbench results store (not a regular file)")
     if not create and not path.is_file():
         raise StoreError(f"no results store at {path} (add runs with `bwbench store import FILE...`)")
     if create:
@@ -351,8 +353,7 @@ def baseline_from_store(store_path: str | Path, gpu_name: str, last: int, exclud
 
 
 def import_files(paths: Iterable[str | Path], store_path: str | Path) -> list[tuple[Path, AddResult]]:
-    """`bwbench store import`: add each file; an unreadable one stops with its message."""
-    out = []
-    for path in paths:
-        out.append((Path(path), add_document(path, store_path)))
-    return out
+    """`bwbench store import`: every file is read first, so an unreadable one stops with its message
+    before anything is added; then each is added."""
+    documents = [(Path(path), read_document(path)) for path in paths]
+    return [(path, add_document(document, store_path, source=str(path))) for path, document in documents]

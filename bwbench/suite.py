@@ -8,6 +8,8 @@ traffic and Triton's declarative `Benchmark`.
 from __future__ import annotations
 
 import itertools
+import numbers
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -65,9 +67,32 @@ class Traffic:
     read: int
     write: int
 
+    def __post_init__(self) -> None:
+        for side in ("read", "write"):
+            value = getattr(self, side)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"Traffic({side}={value!r}): bytes are a whole number")
+            if value < 0:
+                raise ValueError(f"Traffic({side}={value!r}): bytes cannot be negative")
+        if self.read + self.write == 0:
+            raise ValueError("Traffic(read=0, write=0): a case moves some bytes")
+
     @property
     def total(self) -> int:
         return self.read + self.write
+
+
+def _defined_at(fn: Callable, err: BaseException | None = None) -> str:
+    """'FILE:LINE: ' of a suite's function: the line that raised `err`, else the function's first."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
+    line = code.co_firstlineno
+    if err is not None:
+        for frame in traceback.extract_tb(err.__traceback__):
+            if frame.filename == code.co_filename:
+                line = frame.lineno
+    return f"{code.co_filename}:{line}: "
 
 
 @dataclass(frozen=True)
@@ -344,6 +369,23 @@ class Suite:
 
     def tolerance(self, dtype: str) -> Tolerance | tuple[Tolerance, ...]:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
+
+    def check_traffic(self, cases: Iterable[Case]) -> None:
+        """Every case's bytes, computed now, on the CPU and before any GPU work: a traffic function
+        that raises, or returns anything but a Traffic, is a SuiteDefinitionError naming its file and
+        line, instead of a traceback once the sweep has begun (the run needs them for every case)."""
+        fn = self.compute_traffic
+        if fn is None:
+            return
+        for case in cases:
+            try:
+                value = fn(case)
+            except Exception as err:  # noqa: BLE001 - the user's function, whatever it raises
+                raise SuiteDefinitionError(f"{_defined_at(fn, err)}suite {self.name!r}: traffic({case.id}) raised "
+                                           f"{type(err).__name__}: {err}") from None
+            if not isinstance(value, Traffic):
+                raise SuiteDefinitionError(f"{_defined_at(fn)}suite {self.name!r}: traffic({case.id}) returned "
+                                           f"{type(value).__name__} {str(value)[:40]!r}, not Traffic(read=..., write=...)")
 
     def traffic_of(self, impl: Implementation, case: Case) -> Traffic:
         return impl.traffic(case) if impl.traffic else self.compute_traffic(case)

@@ -122,6 +122,31 @@ def test_report_refuses_to_write_over_another_results_file(tmp_path):
     assert b.read_bytes() == before
 
 
+def test_a_link_is_written_through_and_stays_a_link(tmp_path):
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    outputs.write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_a_pipe_is_written_into_never_replaced_by_a_file(tmp_path):
+    """`report -o /dev/stdout`, a FIFO: the bytes go through it, and it stays what it was (a
+    rename over it would turn even /dev/null into a regular file)."""
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    outputs.write_text(fifo, "through")
+    reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert got == [b"through"]
+
+
 def test_report_into_a_folder_is_one_line(tmp_path):
     a = save(tmp_path / "A.json", document([record()]))
     (tmp_path / "page.html").mkdir()

@@ -164,3 +164,38 @@ def test_a_finished_run_lands_in_the_store(tmp_path):
                                 "--name", "quick", "--max-time", "0.2", "--copy-size", "256MB", "--no-store"])
     assert again.exit_code == 0, again.output
     assert not (tmp_path / "b" / "bwbench-history.sqlite").exists()
+
+
+def test_history_chart_never_replaces_its_store_or_a_results_file(tmp_path):
+    db = tmp_path / "h.sqlite"
+    path = write(tmp_path, "r20", run_of(20, "aaaaaaa"))
+    runner = CliRunner()
+    assert runner.invoke(app, ["store", "import", str(path), "--store", str(db)]).exit_code == 0
+    kept = {p: p.read_bytes() for p in (db, path)}
+    other = tmp_path / "other.sqlite"
+    store.add_document(path, other)
+    kept[other] = other.read_bytes()
+    for target, says in ((db, "is one of the input files"), (path, "is a bwbench results file"),
+                         (other, "is a database")):
+        shown = runner.invoke(app, ["history", "softmax", "--store", str(db), "-o", str(target)])
+        assert shown.exit_code == 2 and says in " ".join(shown.output.split()), shown.output
+    assert all(p.read_bytes() == b for p, b in kept.items())
+
+
+def test_import_reads_every_file_before_adding_any(tmp_path):
+    db = tmp_path / "h.sqlite"
+    good = write(tmp_path, "r20", run_of(20, "aaaaaaa"))
+    bad = tmp_path / "empty.json"
+    bad.write_text("")
+    result = CliRunner().invoke(app, ["store", "import", str(good), str(bad), "--store", str(db)])
+    assert result.exit_code == 2 and "empty.json" in result.output, result.output
+    assert not db.exists() or not store.known_values(db, "suite"), "nothing was added"
+
+
+def test_a_store_that_is_a_folder_is_refused_without_a_journal_beside_it(tmp_path):
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = write(tmp_path, "r20", run_of(20, "aaaaaaa"))
+    result = CliRunner().invoke(app, ["store", "import", str(path), "--store", str(folder)])
+    assert result.exit_code == 2 and "not a regular file" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r20.json", "store"]

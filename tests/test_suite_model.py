@@ -237,3 +237,63 @@ def test_every_compiled_implementation_compiles_per_case_with_a_fresh_cache(monk
         events.clear()
         fn = suite.implementations["compiled"].build(case)
         assert callable(fn) and events == ["reset", ("compile", False)], name
+
+
+@pytest.mark.parametrize("read, write, says", [(-1, 0, "negative"), (4.5, 8, "whole number"), ("4096", 8, "whole number"),
+                                               (True, 8, "whole number"), (0, 0, "some bytes")])
+def test_traffic_takes_whole_non_negative_bytes(read, write, says):
+    with pytest.raises(ValueError, match=says):
+        Traffic(read=read, write=write)
+
+
+def test_traffic_accepts_numpy_integers():
+    import numpy as np
+
+    assert Traffic(read=np.int64(8), write=0).total == 8
+
+
+BROKEN_TRAFFIC = """
+import torch
+from bwbench import Suite, Traffic
+
+suite = Suite("mine", "y = 2 x", axes={"n": [1024, 4096]}, domains={"n": lambda v: None if v > 0 else "must be positive"})
+
+@suite.inputs
+def inputs(case, gen):
+    return {"x": torch.randn(case.n, generator=gen)}
+
+@suite.reference
+def reference(x):
+    return 2 * x.double()
+
+@suite.traffic
+def traffic(case):
+    return BODY
+
+@suite.impl("torch", kind="torch")
+def double(case):
+    return lambda x: 2 * x
+"""
+
+
+@pytest.mark.parametrize("body, says", [("case.n * 8", "returned int"), ("(case.n, case.n)", "returned tuple"),
+                                        ("Traffic(read=-case.n, write=0)", "raised ValueError"),
+                                        ("case.N", "raised AttributeError")])
+def test_a_broken_traffic_function_is_refused_before_any_gpu_work(tmp_path, body, says):
+    """Called for every case by plan and `run` (a dry run too), on the CPU: a traceback after the
+    sweep has begun becomes exit 2 naming the file and the line."""
+    from typer.testing import CliRunner
+
+    import bwbench
+    from bwbench.cli import app
+
+    path = tmp_path / "mine.py"
+    path.write_text(BROKEN_TRAFFIC.replace("BODY", body))
+    with pytest.raises(bwbench.SuiteDefinitionError, match=says):
+        bwbench.plan(str(path))
+    result = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--out", str(tmp_path / "out")])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and says in text and "Traceback" not in result.output, result.output
+    line = BROKEN_TRAFFIC.splitlines().index("    return BODY" if "raised" in says else "@suite.traffic") + 1
+    assert f"mine.py:{line}:" in text, "the line that raised, else where the function is declared"
+    assert not (tmp_path / "out").exists()
