@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,6 +198,15 @@ def looks_like_path(text: str) -> bool:
     return text.endswith(".py") or "/" in text or os.sep in text or text in (".", "..") or text.startswith("~")
 
 
+def names_a_path(text: str, known: Callable[[], dict]) -> bool:
+    """A path by its form (./x, x.py), or a bare word that is on disk and names no suite: a file or
+    folder called `softmax` in the working folder does not hide the suite, and a bare folder name
+    works for `run` as for `list`."""
+    if looks_like_path(text):
+        return True
+    return Path(text).exists() and text != "all" and text not in known()
+
+
 def _usable(entry: Suite | BrokenSuite) -> Suite:
     if isinstance(entry, BrokenSuite):
         raise BrokenSuiteError(f"suite {entry.name!r} could not be loaded: {entry.where}: {entry.error}")
@@ -232,14 +242,13 @@ def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
     if not parts:
         raise SelectionError("name a suite (see `bwbench list`), a suite file or folder, several separated by commas, or `all`")
     chosen: list[Suite | BrokenSuite] = []
-    known: dict[str, Suite | BrokenSuite] | None = None
     for part in parts:
         if isinstance(part, Suite):
             chosen.append(part)
-        elif isinstance(part, os.PathLike) or looks_like_path(part) or Path(part).is_file():
+        elif isinstance(part, os.PathLike) or names_a_path(part, registry):
             chosen += from_path(str(part))
         else:
-            known = registry() if known is None else known
+            known = registry()
             if part == "all":
                 chosen += [e for e in known.values() if isinstance(e, Suite)]
             elif part in known:
@@ -257,7 +266,7 @@ def listing(selection: str | None = None) -> dict[str, Suite | BrokenSuite]:
         return registry()
     entries: list[Suite | BrokenSuite] = []
     for part in (p.strip() for p in selection.split(",") if p.strip()):
-        if looks_like_path(part) or Path(part).exists():
+        if names_a_path(part, registry):
             entries += from_path(part)
         else:
             known = registry()

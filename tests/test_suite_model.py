@@ -297,3 +297,19 @@ def test_a_broken_traffic_function_is_refused_before_any_gpu_work(tmp_path, body
     line = BROKEN_TRAFFIC.splitlines().index("    return BODY" if "raised" in says else "@suite.traffic") + 1
     assert f"mine.py:{line}:" in text, "the line that raised, else where the function is declared"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_or_folder_named_like_a_suite_does_not_hide_it_and_a_bare_folder_is_a_path(tmp_path, monkeypatch):
+    from bwbench.discovery import listing, resolve
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "softmax").write_text("notes")
+    (tmp_path / "all").mkdir()
+    assert [s.name for s in resolve("softmax")] == ["softmax"]
+    assert "softmax" in listing("softmax")
+    assert len(resolve("all")) > 1, "`all` stays every suite"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "double.py").write_text(BROKEN_TRAFFIC.replace("BODY", "Traffic(read=case.n * 4, write=case.n * 4)"))
+    assert [s.name for s in resolve("mine")] == ["mine"], "a bare folder name that names no suite"
+    assert list(listing("mine")) == ["mine"]
