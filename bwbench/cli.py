@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from .console import comparison_table, device_table, make_console, plain, problems, summary_tables
 from .gate import check_baseline, check_baseline_device, check_baseline_method
-from .outputs import check_gate_outputs, check_report_output, check_run_outputs
+from .outputs import check_gate_outputs, check_report_output, check_run_outputs, check_store_output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -77,14 +77,16 @@ def split_list(value: Optional[str]) -> list[str]:
 _SIZE = re.compile(r"^\s*([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str) -> int:
-    """'4GB' -> 4e9, '512MiB' -> 512 * 2**20, '1000' -> 1000 bytes."""
+def parse_size(text: str, positive: bool = False) -> int:
+    """'4GB' -> 4e9, '512MiB' -> 512 * 2**20, '1000' -> 1000 bytes (more than none if `positive`)."""
     match = _SIZE.match(text)
     if not match:
         raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
     number, unit = float(match.group(1)), (match.group(2) or "").lower().rstrip("b")
     if not math.isfinite(number):
         raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
+    if positive and number <= 0:
+        raise UsageError(f"cannot read {text!r} as a positive size (examples: 4GB, 512MiB, 1e9)")
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
     if unit not in scale:
         raise UsageError(f"unknown size unit in {text!r}")
@@ -230,7 +232,9 @@ def run(
         if timing == "hot" or timer != "auto":  # the clock is known now; auto's is checked once chosen
             check_baseline_method(gates.baseline, timing, timer)
         check_run_outputs(out, name, force, [baseline] if baseline else [])
-        return plans, parse_size(copy_size), gates
+        if store is not None and not no_store:  # found unusable only after the sweep, it would cost the history entry
+            check_store_output(store)
+        return plans, parse_size(copy_size, positive=True), gates
 
     plans, copy_bytes, gates = _guard(prepare)
     if dry_run:
@@ -437,7 +441,7 @@ def info(
 
         from .session import Session, SessionSettings
 
-        facts = Session.open(gpu, SessionSettings(copy_bytes=parse_size(copy_size)), telemetry=False).environment
+        facts = Session.open(gpu, SessionSettings(copy_bytes=parse_size(copy_size, positive=True)), telemetry=False).environment
         if json_out:
             print(json.dumps(facts, indent=1))
         else:

@@ -166,6 +166,14 @@ def check_gate_outputs(outputs: dict[str, os.PathLike | str | None], inputs: Ite
         check_writable_folder(Path(target).parent)
 
 
+def check_store_output(store: os.PathLike | str) -> None:
+    """`run --store`: a results store (an SQLite file) or a new file in a folder that can be written."""
+    path = Path(store)
+    if path.exists() and not (path.is_file() and (looks_like_store(path) or path.stat().st_size == 0)):
+        raise OutputError(f"--store {path} is not a results store; name a new file or an existing store")
+    check_writable_folder(path.parent)
+
+
 # --- folders ---------------------------------------------------------------------------------
 def check_writable_folder(folder: Path) -> None:
     """Fail now (before any GPU time) when `folder` cannot hold the run's files. A folder that

@@ -344,3 +344,17 @@ def test_results_file_has_no_nan_tokens_when_a_number_is_not_finite(fake_gpu, tm
     good = next(r for r in read_document(only_results(tmp_path)).records if r.impl == "good")
     assert math.isinf(good.gbps), "the value comes back as written, from the note beside the null"
     assert result.exit_code in (0, 1)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--copy-size", "0"], "as a positive size"),
+    (["--copy-size", "-4GB"], "as a size"),
+    (["--store", "{tmp}"], "is not a results store"),
+    (["--store", "{tmp}/notes.txt"], "is not a results store"),
+])
+def test_copy_size_and_store_are_checked_before_any_gpu_work(fake_gpu, tmp_path, args, says):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = run(tmp_path, "--impl", "good", *[a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == 2 and says in " ".join(result.output.split()), result.output
+    assert fake_gpu["require_cuda"] == 0 and FakeTimer.copies == 0
+    assert (tmp_path / "notes.txt").read_text() == "mine"
