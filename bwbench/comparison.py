@@ -86,8 +86,12 @@ def verdict_counts(comparisons: Sequence) -> dict[str, int]:
 
 def summary_line(view: CompareView) -> str:
     """'regression: 1 slower, 2 ambiguous, 380 same of 383 records at a 5.0% threshold; 40 skipped in both runs left out'."""
+    from .gate import PARTIAL
+
     counts = ", ".join(f"{n} {v}" for v, n in verdict_counts(view.comparisons).items())
-    head = "regression" if view.regression else "no regression"
+    partial = any(c.verdict in PARTIAL for c in view.comparisons)  # the gate fails these unless --allow-partial
+    head = "regression" if view.regression else ("no regression seen, but data is invalid or missing" if partial
+                                                  else "no regression")
     line = f"{head}: {counts or 'nothing'} of {len(view.comparisons)} records at a {view.max_drop:.1%} threshold"
     if view.skipped_in_both:
         line += f"; {view.skipped_in_both} skipped in both runs left out"

@@ -509,6 +509,8 @@ def test_an_invalid_current_number_is_its_own_verdict_and_fails_the_gate(tmp_pat
     cur = save(tmp_path / "cur.json", document([record(gbps=bad)]))
     code, text = cli("compare", base, cur)
     assert code == 1 and "invalid" in text, text
+    assert "no regression seen, but data is invalid or missing" in text and "no regression:" not in text, \
+        "the headline does not read as a pass when the gate fails"
     code, text = cli("compare", base, cur, "--allow-partial")
     assert code == 0 and "invalid" in text
 
