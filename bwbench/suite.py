@@ -402,7 +402,8 @@ class Suite:
             if name not in self.implementations:
                 valid = ", ".join(self.implementations)
                 raise SelectionError(f"suite {self.name!r} has no implementation {name!r}; valid: {valid}")
-            chosen.append(self.implementations[name])
+            if self.implementations[name] not in chosen:  # `--impl torch,torch`: measured once
+                chosen.append(self.implementations[name])
         return chosen
 
     def select_dtypes(self, dtypes: Iterable[str] | None) -> list[str]:
@@ -442,6 +443,10 @@ class Suite:
             chosen = self._preset_cases(preset, dtypes, axis_values or {}, quick)
         else:
             chosen = self._sweep(dtypes, axis_values, quick)
+        once: dict[tuple, Case] = {}  # `--cols 1024,1024` or `-d float16,float16`: measured once
+        for case in chosen:
+            once.setdefault((case.id, case.dtype), case)
+        chosen = list(once.values())
         from .domains import DomainError, check_domains
 
         try:

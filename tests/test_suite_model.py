@@ -313,3 +313,11 @@ def test_a_file_or_folder_named_like_a_suite_does_not_hide_it_and_a_bare_folder_
     (mine / "double.py").write_text(BROKEN_TRAFFIC.replace("BODY", "Traffic(read=case.n * 4, write=case.n * 4)"))
     assert [s.name for s in resolve("mine")] == ["mine"], "a bare folder name that names no suite"
     assert list(listing("mine")) == ["mine"]
+
+
+def test_a_value_named_twice_is_measured_once():
+    import bwbench
+
+    [plan] = bwbench.plan("softmax", impls="torch,torch,naive", dtypes="float16,float16", rows=[4096], cols=[1024, 1024, 32])
+    assert [i.name for i in plan.impls] == ["torch", "naive"]
+    assert [(c.cols, c.dtype) for c in plan.cases] == [(1024, "float16"), (32, "float16")]
