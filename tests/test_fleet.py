@@ -317,6 +317,7 @@ def test_without_dask_the_fleet_options_say_how_to_install_it(monkeypatch):
 
 def test_a_scheduler_nobody_runs_is_exit_2(monkeypatch, tmp_path):
     monkeypatch.setattr("bwbench.fleet.cluster.CONNECT_TIMEOUT", "1s")
-    code, output = invoke("run", "softmax", "--quick", "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path))
+    code, output = invoke("run", "softmax", "--quick", "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path / "new"))
     assert code == 2 and "no Dask scheduler answers" in output
+    assert not (tmp_path / "new").exists(), "nothing ran: no folder is left behind"
     assert not list(tmp_path.iterdir())

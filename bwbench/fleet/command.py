@@ -91,6 +91,7 @@ def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, r
 
     default = f"{'-'.join(suites) or 'fleet'}-fleet-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     stem = results_stem(output.out, output.name, default, False, ())
+    made_folder = not output.out.exists()
     make_folder(output.out)
     paths = {ext: output.out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
     options_record = {**run_options, "fleet": {"gpus": options.gpus, "scheduler": options.scheduler,
@@ -102,7 +103,12 @@ def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, r
         collector = _collect(request, chosen, options.scheduler, client, results, console, records_per_gpu)
     except _StartFailed as err:
         console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
-        paths["json"].unlink(missing_ok=True)  # nothing ran: leave no empty results behind
+        paths["json"].unlink(missing_ok=True)  # nothing ran: leave no empty results behind, nor a new folder
+        if made_folder:
+            try:
+                output.out.rmdir()
+            except OSError:  # something else is in it now
+                pass
         return EXIT_USAGE
     interrupted = collector is None or collector.interrupted
     return _conclude(results, collector, interrupted, threshold, options, output, paths, console, apply_gates)
