@@ -207,6 +207,19 @@ def names_a_path(text: str, known: Callable[[], dict]) -> bool:
     return Path(text).exists() and text != "all" and text not in known()
 
 
+def _names_not_taken(entries: list[Suite | BrokenSuite]) -> list[Suite | BrokenSuite]:
+    """A suite file's suite may not take the name of a known suite (bwbench's own, an installed
+    one): results, gates and the history store key records by suite name, so its records would be
+    read as that suite's."""
+    known = registry()
+    for entry in entries:
+        name = _name_of(entry)
+        if name in known and _source_of(known[name]) != _source_of(entry):
+            raise SuiteCollision(f"{_source_of(entry)} names its suite {name!r}, as {_source_of(known[name])} does: "
+                                 "results and history are kept by suite name, so give it another (Suite(name=...))")
+    return entries
+
+
 def _usable(entry: Suite | BrokenSuite) -> Suite:
     if isinstance(entry, BrokenSuite):
         raise BrokenSuiteError(f"suite {entry.name!r} could not be loaded: {entry.where}: {entry.error}")
@@ -246,7 +259,7 @@ def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
         if isinstance(part, Suite):
             chosen.append(part)
         elif isinstance(part, os.PathLike) or names_a_path(part, registry):
-            chosen += from_path(str(part))
+            chosen += _names_not_taken(from_path(str(part)))
         else:
             known = registry()
             if part == "all":

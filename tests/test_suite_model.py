@@ -321,3 +321,17 @@ def test_a_value_named_twice_is_measured_once():
     [plan] = bwbench.plan("softmax", impls="torch,torch,naive", dtypes="float16,float16", rows=[4096], cols=[1024, 1024, 32])
     assert [i.name for i in plan.impls] == ["torch", "naive"]
     assert [(c.cols, c.dtype) for c in plan.cases] == [(1024, "float16"), (32, "float16")]
+
+
+def test_a_suite_file_may_not_take_a_known_suites_name(tmp_path):
+    """Results and the history store key records by suite name: a file's own `softmax` would be
+    read as bwbench's."""
+    from bwbench.discovery import SuiteCollision, resolve
+    from bwbench.paths import suites_dir
+
+    path = tmp_path / "mine.py"
+    path.write_text(BROKEN_TRAFFIC.replace("BODY", "Traffic(read=case.n * 4, write=case.n * 4)")
+                    .replace('Suite("mine"', 'Suite("softmax"'))
+    with pytest.raises(SuiteCollision, match="names its suite 'softmax'"):
+        resolve(str(path))
+    assert [s.name for s in resolve(str(suites_dir() / "softmax.py"))] == ["softmax"], "bwbench's own file is itself"
