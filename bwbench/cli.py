@@ -234,6 +234,14 @@ def run(
         check_run_outputs(out, name, force, [baseline] if baseline else [])
         if store is not None and not no_store:  # found unusable only after the sweep, it would cost the history entry
             check_store_output(store)
+        if gpus is not None or scheduler is not None:  # a fleet's choices, checked by --dry-run too
+            from .fleet.command import FleetOptions, check_fleet_choices
+            from .fleet.request import GpuSelectionError
+
+            try:
+                check_fleet_choices(FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold))
+            except GpuSelectionError as err:
+                raise UsageError(str(err)) from None
         return plans, parse_size(copy_size, positive=True), gates
 
     plans, copy_bytes, gates = _guard(prepare)

@@ -307,6 +307,17 @@ def test_bad_fleet_options_exit_2_before_any_gpu_work(monkeypatch, args, message
     assert code == 2 and message in output and "Traceback" not in output
 
 
+
+@pytest.mark.parametrize("args,message", [
+    (("--gpus", "foo"), "--gpus takes `all` or GPU numbers"),
+    (("--gpus", "all", "--outlier-threshold", "abc"), "--outlier-threshold"),
+    (("--scheduler", " "), "--scheduler takes an address"),
+])
+def test_a_dry_run_checks_the_fleet_options_too(args, message):
+    code, output = invoke("run", "softmax", "--quick", "--dry-run", *args)
+    assert code == 2 and message in output and "Traceback" not in output
+
+
 def test_without_dask_the_fleet_options_say_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
     monkeypatch.setattr("bwbench.fleet.command.visible_gpus", lambda: pytest.fail("looked for GPUs"))

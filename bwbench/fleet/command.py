@@ -64,15 +64,21 @@ def _threshold(text: str) -> float:
 
 def check_fleet_options(options: FleetOptions) -> tuple[str | list[int] | None, float]:
     """Everything about the fleet options that can be wrong, found before any GPU work."""
+    selection, threshold = check_fleet_choices(options)
+    require_dask()
+    return selection, threshold
+
+
+def check_fleet_choices(options: FleetOptions) -> tuple[str | list[int] | None, float]:
+    """The values of --gpus, --scheduler and --outlier-threshold (Dask not needed: `--dry-run` checks
+    them too)."""
     selection = parse_gpu_selection(options.gpus) if options.gpus is not None else None
     if options.scheduler is not None and selection not in (None, "all"):
         raise GpuSelectionError("--gpus picks GPUs of this host; with --scheduler every GPU worker of the cluster "
                                 "runs (start workers only on the GPUs you want)")
     if options.scheduler is not None and not options.scheduler.strip():
         raise GpuSelectionError("--scheduler takes an address such as tcp://HOST:8786")
-    threshold = _threshold(options.outlier_threshold)
-    require_dask()
-    return selection, threshold
+    return selection, _threshold(options.outlier_threshold)
 
 
 def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, run_options: dict[str, Any],
