@@ -366,7 +366,7 @@ def _run_measured(plans, settings, out, name, want_report, gpu, gates, options,
     paths = {ext: out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=sum(len(p.cases) * (len(p.impls) + 1) for p in plans))
+        task = progress.add_task("starting", total=_measurements(plans))
         with terminate_as_interrupt():  # a job's time limit keeps what was measured, as Ctrl-C does
             document = session.run(plans, output=paths["json"], options=options, replace=force,
                                    on_record=lambda rec: progress.advance(task),

@@ -9,6 +9,7 @@ with one name are an error naming both files: which one a run measured must neve
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -207,15 +208,16 @@ def names_a_path(text: str, known: Callable[[], dict]) -> bool:
     return Path(text).exists() and text != "all" and text not in known()
 
 
-def _names_not_taken(entries: list[Suite | BrokenSuite]) -> list[Suite | BrokenSuite]:
+def _names_not_taken(entries: list[Suite | BrokenSuite],
+                     known: Callable[[], dict[str, Suite | BrokenSuite]]) -> list[Suite | BrokenSuite]:
     """A suite file's suite may not take the name of a known suite (bwbench's own, an installed
     one): results, gates and the history store key records by suite name, so its records would be
     read as that suite's."""
-    known = registry()
     for entry in entries:
         name = _name_of(entry)
-        if name in known and _source_of(known[name]) != _source_of(entry):
-            raise SuiteCollision(f"{_source_of(entry)} names its suite {name!r}, as {_source_of(known[name])} does: "
+        other = known().get(name)
+        if other is not None and _source_of(other) != _source_of(entry):
+            raise SuiteCollision(f"{_source_of(entry)} names its suite {name!r}, as {_source_of(other)} does: "
                                  "results and history are kept by suite name, so give it another (Suite(name=...))")
     return entries
 
@@ -255,20 +257,19 @@ def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
     if not parts:
         raise SelectionError("name a suite (see `bwbench list`), a suite file or folder, several separated by commas, or `all`")
     chosen: list[Suite | BrokenSuite] = []
+    known = functools.cache(registry)  # scanned once, and only if a part needs it
     for part in parts:
         if isinstance(part, Suite):
             chosen.append(part)
-        elif isinstance(part, os.PathLike) or names_a_path(part, registry):
-            chosen += _names_not_taken(from_path(str(part)))
+        elif isinstance(part, os.PathLike) or names_a_path(part, known):
+            chosen += _names_not_taken(from_path(str(part)), known)
+        elif part == "all":
+            chosen += [e for e in known().values() if isinstance(e, Suite)]
+        elif part in known():
+            chosen.append(known()[part])
         else:
-            known = registry()
-            if part == "all":
-                chosen += [e for e in known.values() if isinstance(e, Suite)]
-            elif part in known:
-                chosen.append(known[part])
-            else:
-                valid = ", ".join(k for k, v in known.items() if isinstance(v, Suite)) or "none"
-                raise SelectionError(f"no suite named {part!r}; suites: {valid} (or give a path: ./my_suite.py)")
+            valid = ", ".join(k for k, v in known().items() if isinstance(v, Suite)) or "none"
+            raise SelectionError(f"no suite named {part!r}; suites: {valid} (or give a path: ./my_suite.py)")
     unique = _collect(chosen)
     return [_usable(entry) for entry in unique.values()]
 
@@ -278,14 +279,14 @@ def listing(selection: str | None = None) -> dict[str, Suite | BrokenSuite]:
     if not selection:
         return registry()
     entries: list[Suite | BrokenSuite] = []
+    known = functools.cache(registry)
     for part in (p.strip() for p in selection.split(",") if p.strip()):
-        if names_a_path(part, registry):
+        if names_a_path(part, known):
             entries += from_path(part)
+        elif part in known():
+            entries.append(known()[part])
         else:
-            known = registry()
-            if part not in known:
-                raise SelectionError(f"no suite named {part!r}")
-            entries.append(known[part])
+            raise SelectionError(f"no suite named {part!r}")
     return _collect(entries)
 
 

@@ -443,7 +443,7 @@ class Suite:
             chosen = self._preset_cases(preset, dtypes, axis_values or {}, quick)
         else:
             chosen = self._sweep(dtypes, axis_values, quick)
-        once: dict[tuple, Case] = {}  # `--cols 1024,1024` or `-d float16,float16`: measured once
+        once: dict[tuple, Case] = {}  # `--cols 1024,1024`, `-d float16,float16` or two presets' case: once
         for case in chosen:
             once.setdefault((case.id, case.dtype), case)
         chosen = list(once.values())
@@ -487,12 +487,11 @@ class Suite:
             raise SelectionError(f"suite {self.name!r} has no preset {', '.join(map(repr, unknown))}; presets: {known}")
         if quick:
             raise SelectionError("--quick and --preset each choose the sweep: give one of them")
-        cases: dict[tuple, Case] = {}
-        for name in dict.fromkeys(names):
+        cases: list[Case] = []  # a case two presets share is measured once: cases() keeps its first
+        for name in names:
             for block in self.presets[name]:
-                for case in self._sweep(dtypes, {**block, **axis_values}, False):
-                    cases.setdefault((tuple(case.params.items()), case.dtype), case)
-        return list(cases.values())
+                cases += self._sweep(dtypes, {**block, **axis_values}, False)
+        return cases
 
     def _point_cases(self, dtypes, axis_values: Mapping[str, list[Any]], quick: bool) -> list[Case]:
         for axis in axis_values:
