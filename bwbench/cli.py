@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import typer
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from .console import comparison_table, device_table, make_console, plain, problems, summary_tables
 from .gate import check_baseline, check_baseline_device, check_baseline_method
@@ -24,7 +25,39 @@ from .outputs import check_gate_outputs, check_report_output, check_run_outputs,
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
+def _is_click_usage_error(err: BaseException) -> bool:
+    """Click's ClickException, told by its shape: typer vendors click since 0.22 and used the
+    click package before, so the class to catch depends on the version installed."""
+    return callable(getattr(err, "format_message", None)) and isinstance(getattr(err, "exit_code", None), int)
+
+
+class OneLineErrors(TyperGroup):
+    """Click's own usage errors (an unknown command, a value that is no number, a missing argument)
+    as the one `error:` line and exit 2 that bwbench's own checks give, not typer's framed box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as err:
+            if not standalone_mode or not _is_click_usage_error(err):
+                raise
+            if type(err).__name__ != "NoArgsIsHelpError":  # its help is already printed
+                ctx = getattr(err, "ctx", None)
+                hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+                console.print(f"[bold red]error:[/] {plain(err.format_message())}{plain(hint)}", soft_wrap=True)
+            sys.exit(err.exit_code)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="bwbench",
     help="Benchmark memory-bound GPU kernels against the bandwidth the card can actually move.\n\n"
          "Every implementation is checked against a float64 reference before it is timed; effective "

@@ -25,6 +25,21 @@ def test_help_explains_every_command():
         assert option in run_help
 
 
+@pytest.mark.parametrize("args, words", [
+    (("rn",), "No such command 'rn'"),
+    (("run", "softmax", "--max-time", "x"), "--max-time"),
+    (("run",), "Missing argument"),
+    (("info", "--bogus"), "--bogus"),
+    (("store", "bogus"), "No such command 'bogus'"),
+])
+def test_click_usage_errors_are_one_line_and_exit_2(args, words):
+    """Errors click finds before any bwbench code runs read like bwbench's own: no framed box."""
+    result = invoke(*args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], result.output
+
+
 def test_list_shows_the_softmax_suite():
     result = invoke("list")
     assert result.exit_code == 0
