@@ -73,8 +73,9 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
     dtype_names = [s.strip() for s in dtypes.split(",")] if isinstance(dtypes, str) else (list(dtypes) if dtypes else None)
     plans = []
     for suite in resolve(suite_or_path):
-        cases = suite.cases(dtype_names, _axis_values(suite, axes), quick=quick, preset=preset)
-        suite.check_traffic(cases)
+        axis_values = _axis_values(suite, axes)
+        cases = suite.cases(dtype_names, axis_values, quick=quick, preset=preset)
+        suite.check_traffic(cases, given=axis_values)
         plans.append(SuitePlan(suite, suite.select_impls(impl_names), cases))
     return plans
 

@@ -370,10 +370,12 @@ class Suite:
     def tolerance(self, dtype: str) -> Tolerance | tuple[Tolerance, ...]:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
 
-    def check_traffic(self, cases: Iterable[Case]) -> None:
+    def check_traffic(self, cases: Iterable[Case], given: Mapping[str, Iterable[Any]] | None = None) -> None:
         """Every case's bytes, computed now, on the CPU and before any GPU work: a traffic function
         that raises, or returns anything but a Traffic, is a SuiteDefinitionError naming its file and
-        line, instead of a traceback once the sweep has begun (the run needs them for every case)."""
+        line, instead of a traceback once the sweep has begun (the run needs them for every case).
+        Where the case holds a value the user gave (`given`: axis -> values, e.g. `--cols 0` on a
+        suite that declares no domain for cols), it is a SelectionError naming that value instead."""
         fn = self.compute_traffic
         if fn is None:
             return
@@ -381,11 +383,18 @@ class Suite:
             try:
                 value = fn(case)
             except Exception as err:  # noqa: BLE001 - the user's function, whatever it raises
-                raise SuiteDefinitionError(f"{_defined_at(fn, err)}suite {self.name!r}: traffic({case.id}) raised "
-                                           f"{type(err).__name__}: {err}") from None
+                self._traffic_failed(case, given, f"{type(err).__name__}: {err}", _defined_at(fn, err))
             if not isinstance(value, Traffic):
                 raise SuiteDefinitionError(f"{_defined_at(fn)}suite {self.name!r}: traffic({case.id}) returned "
                                            f"{type(value).__name__} {str(value)[:40]!r}, not Traffic(read=..., write=...)")
+
+    def _traffic_failed(self, case: Case, given: Mapping[str, Iterable[Any]] | None, why: str, where: str) -> None:
+        chosen = [f"{axis}={case.params[axis]}" for axis, values in (given or {}).items()
+                  if axis in case.params and case.params[axis] in list(values)]
+        if chosen:  # the user's value, which no domain of the suite refused sooner
+            raise SelectionError(f"suite {self.name!r} cannot take {', '.join(chosen)}: its traffic({case.id}) "
+                                 f"raised {why}")
+        raise SuiteDefinitionError(f"{where}suite {self.name!r}: traffic({case.id}) raised {why}")
 
     def traffic_of(self, impl: Implementation, case: Case) -> Traffic:
         return impl.traffic(case) if impl.traffic else self.compute_traffic(case)

@@ -299,6 +299,24 @@ def test_a_broken_traffic_function_is_refused_before_any_gpu_work(tmp_path, body
     assert not (tmp_path / "out").exists()
 
 
+def test_a_value_the_user_gave_that_the_byte_model_refuses_is_a_selection_error(tmp_path):
+    """A suite without a domain for an axis: `--n 0` sizes no bytes. That is the user's value, so
+    it is named as such (exit 2), not reported as a broken suite definition."""
+    from typer.testing import CliRunner
+
+    import bwbench
+    from bwbench.cli import app
+
+    path = tmp_path / "mine.py"
+    source = BROKEN_TRAFFIC.replace(', domains={"n": lambda v: None if v > 0 else "must be positive"}', "")
+    path.write_text(source.replace("BODY", "Traffic(read=4 * case.n, write=4 * case.n)"))
+    with pytest.raises(bwbench.SelectionError, match="cannot take n=0"):
+        bwbench.plan(str(path), n=[0, 8])
+    result = CliRunner().invoke(app, ["run", str(path), "--n", "8,0", "--dry-run"])
+    assert result.exit_code == 2 and "cannot take n=0" in result.output and "broken" not in result.output
+    assert len(bwbench.plan(str(path), n=8)[0].cases) == 1
+
+
 def test_a_file_or_folder_named_like_a_suite_does_not_hide_it_and_a_bare_folder_is_a_path(tmp_path, monkeypatch):
     from bwbench.discovery import listing, resolve
 
