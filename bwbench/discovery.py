@@ -84,6 +84,24 @@ def _error_line(err: BaseException, path: Path) -> int | None:
     return line
 
 
+def _users_frame(err: BaseException) -> tuple[Path, int | None] | None:
+    """Where in the user's own code an import failed: a syntax error's line, else the traceback's last
+    frame outside bwbench and the import machinery (a bad Suite(...) argument raises in bwbench's
+    suite.py, but the line to fix is the one that called it). None where no such frame is left (a
+    module or attribute the entry point names that does not exist)."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return Path(err.filename), err.lineno
+    ours = Path(__file__).resolve().parent
+    machinery = Path(importlib.util.__file__).resolve().parent
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        if frame.filename.startswith("<"):
+            continue
+        file = Path(frame.filename).resolve()
+        if not (file.is_relative_to(ours) or file.is_relative_to(machinery)):
+            return file, frame.lineno
+    return None
+
+
 def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
     """Import one suite file (once per process) and return its `suite`, or why it cannot."""
     path = Path(path).resolve()
@@ -141,10 +159,8 @@ def entry_point_suites() -> list[Suite | BrokenSuite]:
         try:
             target = ep.load()
         except Exception as err:  # noqa: BLE001
-            frames = traceback.extract_tb(err.__traceback__)
-            where = Path(frames[-1].filename) if frames else Path(origin)
-            found.append(BrokenSuite(ep.name, where, f"{origin}: {type(err).__name__}: {err}",
-                                     frames[-1].lineno if frames else None))
+            where, line = _users_frame(err) or (Path(origin), None)
+            found.append(BrokenSuite(ep.name, where, f"{origin}: {type(err).__name__}: {err}", line))
             continue
         if isinstance(target, types.ModuleType):
             target = getattr(target, "suite", None)

@@ -97,6 +97,31 @@ def test_entry_point_suites(tmp_path, monkeypatch):
     assert resolve("shipped") == [shipped]
 
 
+@pytest.mark.parametrize("source, line", [
+    ("from bwbench import Suite\n\nsuite = Suite('brk', 'x', axes={'n': [1]}, domains={'m': None})\n", 3),
+    ("import torch\n\nvalue = 1 / 0\n", 3),
+    ("def broken(:\n", 1),
+    (None, None),
+])
+def test_a_broken_entry_point_names_the_users_line_not_bwbenchs(tmp_path, monkeypatch, source, line):
+    """A package's module that fails to import inside bwbench (a bad Suite argument), in its own
+    code, on a syntax error, or does not exist: the message names the package's file and line."""
+    import importlib.metadata as metadata
+
+    module = f"brk_{tmp_path.name.replace('-', '_')}"
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = metadata.EntryPoint(name="brk", value=f"{module}:suite", group=ENTRY_POINT_GROUP)
+    monkeypatch.setattr(metadata, "entry_points", lambda group=None, **kw: [point] if group == ENTRY_POINT_GROUP else [])
+    entry = registry()["brk"]
+    assert isinstance(entry, BrokenSuite)
+    if source is None:
+        assert entry.line is None and "No module named" in entry.error
+    else:
+        assert entry.where == f"{(tmp_path / f'{module}.py').resolve()}:{line}", entry.where
+
+
 def test_two_suites_with_one_name_name_both_files(tmp_path, monkeypatch):
     first = write(tmp_path / "a", "dup.py", suite_source("dup"))
     second = write(tmp_path / "b", "dup.py", suite_source("dup"))
