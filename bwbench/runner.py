@@ -36,13 +36,52 @@ def case_seed(seed: int, case: Case) -> int:
     return (int(seed) * 1_000_003 + zlib.crc32(str(case).encode())) % (2**62)
 
 
+class InputsError(ValueError):
+    """A suite's inputs function made tensors the run cannot use as they are: on another device, or
+    drawn from torch's global random state instead of the generator it was given."""
+
+
 def make_case_inputs(suite: Suite, case: Case, device, seed: int) -> dict[str, Any]:
     """The case's inputs from its seed (see case_seed): the one place inputs are generated."""
     import torch
 
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
-    return suite.make_inputs(case, generator)
+    before = _global_random_states(generator.device)
+    inputs = suite.make_inputs(case, generator)
+    _check_inputs(suite, inputs, generator.device, before)
+    return inputs
+
+
+def _global_random_states(device) -> list:
+    import torch
+
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def _check_inputs(suite: Suite, inputs: Any, device, before: list) -> None:
+    """Tensors on the run's device, drawn from the case's generator: an input on the CPU would time
+    a host copy or fail inside a kernel, and one drawn from torch's global state differs in a re-run,
+    an ncu child or a worker on another GPU from the one that was checked."""
+    import torch
+
+    if not isinstance(inputs, dict):
+        raise InputsError(f"suite {suite.name!r}: inputs returned {type(inputs).__name__}, not a dict of name -> tensor")
+    for name, value in inputs.items():
+        for tensor in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(tensor, torch.Tensor) and not _on(tensor.device, device):
+                raise InputsError(f"suite {suite.name!r}: input {name!r} is on {tensor.device}, the run on {device}; "
+                                  "make it with device=gen.device")
+    if any(not torch.equal(a, b) for a, b in zip(before, _global_random_states(device))):
+        raise InputsError(f"suite {suite.name!r}: inputs drew from torch's global random state; pass generator=gen "
+                          "to every random call so that each case's inputs are the same wherever they are made")
+
+
+def _on(where, device) -> bool:
+    return where.type == device.type and (device.index is None or where.index in (None, device.index))
 
 
 AfterTiming = Callable[[Case, Implementation, dict[str, Any]], dict[str, Any] | None]

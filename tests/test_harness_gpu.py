@@ -185,3 +185,21 @@ def test_interrupted_run_keeps_what_it_measured(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "cut.json").read_text())
     assert data["interrupted"] and len(data["records"]) == 2
     assert "interrupted" in result.output
+
+
+def test_every_suite_makes_its_inputs_on_the_gpu_from_its_generator(device):
+    """The inputs check (runner.make_case_inputs) passes every shipped suite: its smallest quick case
+    on the run's device, nothing drawn from torch's global random state."""
+    from bwbench.discovery import registry
+    from bwbench.runner import make_case_inputs
+    from bwbench.suite import Suite
+
+    for suite in registry().values():
+        if not isinstance(suite, Suite):
+            continue
+        cases = suite.cases(None, {}, quick=True)
+        case = min(cases, key=lambda c: suite.compute_traffic(c).read)
+        inputs = make_case_inputs(suite, case, device, 11)
+        assert inputs, suite.name
+        del inputs
+        torch.cuda.empty_cache()

@@ -1,0 +1,46 @@
+"""The inputs a suite makes are checked when they are made: a dict of tensors on the run's device,
+drawn from the generator each case is given (so a re-run, an ncu child or another GPU regenerates
+the inputs that were checked)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bwbench import Suite, Traffic  # noqa: E402
+from bwbench.runner import InputsError, make_case_inputs  # noqa: E402
+
+
+def suite_making(make) -> Suite:
+    suite = Suite("scale", "y = 2 x", axes={"n": [64]}, dtypes=["float32"])
+    suite.inputs(lambda case, gen: make(case, gen))
+    suite.reference(lambda x: 2 * x.double())
+    suite.traffic(lambda case: Traffic(read=4 * case.n, write=4 * case.n))
+    return suite
+
+
+def first_case(suite):
+    return suite.cases(None, {})[0]
+
+
+def test_inputs_from_the_generator_are_the_same_for_the_same_seed():
+    suite = suite_making(lambda case, gen: {"x": torch.randn(case.n, generator=gen, device=gen.device)})
+    one, two = (make_case_inputs(suite, first_case(suite), "cpu", 7)["x"] for _ in range(2))
+    assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda case, gen: {"x": torch.randn(case.n)}, "global random state"),
+    (lambda case, gen: {"x": torch.randn(case.n, generator=gen), "w": torch.rand(3)}, "global random state"),
+    (lambda case, gen: {"x": torch.empty(case.n, device="meta")}, "input 'x' is on meta"),
+    (lambda case, gen: {"x": [torch.zeros(2), torch.empty(2, device="meta")]}, "input 'x' is on meta"),
+    (lambda case, gen: [torch.zeros(case.n)], "not a dict"),
+])
+def test_inputs_on_another_device_or_from_the_global_generator_are_refused(make, says):
+    suite = suite_making(make)
+    with pytest.raises(InputsError, match=says):
+        make_case_inputs(suite, first_case(suite), "cpu", 7)
+
+
+def test_inputs_that_draw_nothing_random_pass():
+    suite = suite_making(lambda case, gen: {"x": torch.arange(case.n, dtype=torch.float32), "scale": 2.0})
+    assert make_case_inputs(suite, first_case(suite), "cpu", 7)["scale"] == 2.0
