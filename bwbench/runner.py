@@ -72,12 +72,17 @@ def _check_inputs(suite: Suite, inputs: Any, device, before: list) -> None:
         raise InputsError(f"suite {suite.name!r}: inputs returned {type(inputs).__name__}, not a dict of name -> tensor")
     for name, value in inputs.items():
         for tensor in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(tensor, torch.Tensor) and not _on(tensor.device, device):
+            if isinstance(tensor, torch.Tensor) and not _on(tensor.device, device) and not _host_scalar(tensor):
                 raise InputsError(f"suite {suite.name!r}: input {name!r} is on {tensor.device}, the run on {device}; "
                                   "make it with device=gen.device")
     if any(not torch.equal(a, b) for a, b in zip(before, _global_random_states(device))):
         raise InputsError(f"suite {suite.name!r}: inputs drew from torch's global random state; pass generator=gen "
                           "to every random call so that each case's inputs are the same wherever they are made")
+
+
+def _host_scalar(tensor) -> bool:
+    """A 0-dim CPU tensor, which torch passes to a GPU op as a scalar (dropout's p)."""
+    return tensor.dim() == 0 and tensor.device.type == "cpu"
 
 
 def _on(where, device) -> bool:

@@ -44,3 +44,15 @@ def test_inputs_on_another_device_or_from_the_global_generator_are_refused(make,
 def test_inputs_that_draw_nothing_random_pass():
     suite = suite_making(lambda case, gen: {"x": torch.arange(case.n, dtype=torch.float32), "scale": 2.0})
     assert make_case_inputs(suite, first_case(suite), "cpu", 7)["scale"] == 2.0
+
+
+def test_a_host_scalar_tensor_may_sit_beside_device_inputs():
+    """torch passes a 0-dim CPU tensor to a GPU op as a scalar (the dropout suite's p); a 1-dim one
+    it does not."""
+    from bwbench.runner import _check_inputs
+
+    suite = suite_making(lambda case, gen: {})
+    meta = torch.device("meta")
+    _check_inputs(suite, {"x": torch.empty(4, device=meta), "p": torch.tensor(0.5)}, meta, [])
+    with pytest.raises(InputsError, match="input 'p' is on cpu"):
+        _check_inputs(suite, {"x": torch.empty(4, device=meta), "p": torch.tensor([0.5])}, meta, [])

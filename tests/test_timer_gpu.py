@@ -70,7 +70,8 @@ def test_small_cases_differ_by_the_events_own_cost(device, events_timer, cupti_t
             e, c = events.detail["span_median_us"], traced.detail["span_median_us"]
             gap = e - c
             lines.append(f"{name}: events {e:.2f} us, CUPTI {c:.2f} us, difference {gap:.2f} us")
-            assert abs(gap - overhead) < max(0.5, 0.05 * c), "\n".join(lines)
+            # 0.75 us: the empty kernel's own overhead moves by about half a microsecond between runs
+            assert abs(gap - overhead) < max(0.75, 0.05 * c), "\n".join(lines)
     print("\n".join(lines))
 
 
