@@ -324,8 +324,14 @@ def copy_fraction_violations(document: RunDocument, min_fraction: float,
     return out
 
 
+AMBIGUOUS_FRACTIONS = (0.5, 1.0)
+"""Bare numbers in [0.5, 1) are refused: '0.9' could mean a 90% drop or a 0.9% one (a bare 1.5 is
+1.5%), and a gate that passes every 80% drop by a slip of the keyboard lets everything through."""
+
+
 def parse_fraction(text: str) -> float:
-    """'5%' -> 0.05, '0.05' -> 0.05, '5' -> 0.05 (a bare number above 1 is a percentage)."""
+    """'5%' -> 0.05, '0.05' -> 0.05, '5' -> 0.05 (a bare number from 1 is a percentage; one from
+    0.5 to 1 must say which it is with a %)."""
     raw = text.strip()
     try:
         value = float(raw.rstrip("%"))
@@ -333,8 +339,11 @@ def parse_fraction(text: str) -> float:
         raise GateInputError(f"cannot read {text!r} as a fraction (examples: 5%, 0.05)") from None
     if not math.isfinite(value):
         raise GateInputError(f"cannot read {text!r} as a fraction (examples: 5%, 0.05)")
-    if raw.endswith("%") or value > 1:
-        value /= 100.0
+    if raw.endswith("%") or value >= 1:
+        return value / 100.0
+    low, high = AMBIGUOUS_FRACTIONS
+    if low <= value < high:
+        raise GateInputError(f"{text!r} could be {value:.0%} or {value:g}%: write the % ({value * 100:g}% or {value:g}%)")
     return value
 
 

@@ -93,9 +93,16 @@ def test_copy_fraction_floor():
     assert copy_fraction_violations(d, 0.8) == []
 
 
-@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("12.5%", 0.125)])
+@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("12.5%", 0.125), ("1", 0.01),
+                                        ("1.5", 0.015), ("0.9%", 0.009), ("90%", 0.9), ("0.4", 0.4)])
 def test_fractions(text, value):
     assert parse_fraction(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["0.5", "0.9", " 0.99 "])
+def test_a_bare_number_that_could_be_a_fraction_or_a_percentage_must_say_which(text):
+    with pytest.raises(GateInputError, match="write the %"):
+        parse_fraction(text)
 
 
 def test_markdown_escapes_results_text():
