@@ -9,7 +9,7 @@ launch hidden behind a device sleep), the same machinery `bwbench run` times wit
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -17,7 +17,8 @@ from bwbench.stats import SamplingPolicy
 from bwbench.timing import Timer
 
 TIMED_LAUNCHES = 3
-"""Timed launches per candidate (the fastest counts), after the Timer's untimed warm-up."""
+"""Timed launches per candidate (the fastest counts), after the Timer's untimed warm-up; in
+`fastest`, rounds of one launch each."""
 
 _TIMERS: dict[int, Timer] = {}
 
@@ -38,3 +39,17 @@ def cold_launch_us(run: Callable[[], None], device: int, launches: int = TIMED_L
     policy = SamplingPolicy(min_samples=launches, max_samples=launches, batch=launches, max_seconds=60.0)
     m = _timer(device).cold(run, policy)
     return min(m.samples_us) - (m.detail or {}).get("writeback_us", 0.0)
+
+
+def fastest(runs: Sequence[Callable[[], None]], device: int, rounds: int = TIMED_LAUNCHES) -> int:
+    """Index of the fastest of `runs` (the first of equals): each is timed cold once a round and keeps
+    its best round, the rounds interleaved (A B C, A B C, ...) rather than each candidate's launches
+    back to back, so that a clock or a neighbour's load that drifts while they are timed weighs on
+    every candidate alike instead of on whichever came first."""
+    if len(runs) < 2:
+        return 0
+    best = [float("inf")] * len(runs)
+    for _ in range(rounds):
+        for i, run in enumerate(runs):
+            best[i] = min(best[i], cold_launch_us(run, device, launches=1))
+    return best.index(min(best))

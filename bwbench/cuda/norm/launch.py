@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bwbench.cuda.autotune import cold_launch_us
+from bwbench.cuda.autotune import fastest
 from bwbench.cuda.launch_spec import PORTABLE_CLUSTER_BLOCKS, Launch, grid_blocks
 from bwbench.cuda.loader import (
     CompiledModule,
@@ -185,10 +185,10 @@ def arguments(step: Chosen, args: tuple) -> tuple:
     return (*args, *step.launch.args)
 
 
-def _time_us(step: Chosen, args: tuple, device: int) -> float:
-    """One candidate's first-use time: cold in L2, as `bwbench run` measures it."""
+def _runner(step: Chosen, args: tuple, device: int):
+    """One candidate's launch on the caller's arguments, for its first-use timing."""
     full = arguments(step, args)
-    return cold_launch_us(lambda: run(step.kernel, step.launch, full, device), device)
+    return lambda: run(step.kernel, step.launch, full, device)
 
 
 def _tuned(x: torch.Tensor, rms: bool, pack: int, tier, block, waves: tuple, args: tuple,
@@ -209,7 +209,8 @@ def _tuned(x: torch.Tensor, rms: bool, pack: int, tier, block, waves: tuple, arg
     if len(options) > 1:
         if torch.cuda.is_current_stream_capturing():
             return step
-        step = min(options.values(), key=lambda option: _time_us(option, args, device))
+        steps = list(options.values())
+        step = steps[fastest([_runner(option, args, device) for option in steps], device)]
     _CHOSEN[key] = step
     return step
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bwbench.cuda.autotune import cold_launch_us
+from bwbench.cuda.autotune import fastest
 from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
@@ -222,9 +222,8 @@ def _fastest(chosen: SoftmaxPlan, kernel: Kernel, common: tuple, tensors: tuple,
         return chosen, kernel
     module = kernel.module
     options = [(c, module.kernel(c.launch.kernel)) for c in chosen.candidates]
-    times = [cold_launch_us(lambda c=c, k=k: run(k, c.launch, (*common, *c.launch.args), device), device)
-             for c, k in options]
-    found = _TIMED[key] = options[times.index(min(times))]
+    runs = [lambda c=c, k=k: run(k, c.launch, (*common, *c.launch.args), device) for c, k in options]
+    found = _TIMED[key] = options[fastest(runs, device)]
     return found
 
 
