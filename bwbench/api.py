@@ -75,8 +75,9 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
     for suite in resolve(suite_or_path):
         axis_values = _axis_values(suite, axes)
         cases = suite.cases(dtype_names, axis_values, quick=quick, preset=preset)
-        suite.check_traffic(cases, given=axis_values)
-        plans.append(SuitePlan(suite, suite.select_impls(impl_names), cases))
+        chosen = suite.select_impls(impl_names)
+        suite.check_traffic(cases, given=axis_values, impls=chosen)
+        plans.append(SuitePlan(suite, chosen, cases))
     return plans
 
 

@@ -259,7 +259,7 @@ def run(
             impls = chosen.select_impls(split_list(impl))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
             cases = chosen.cases(split_list(dtype), axis_values, quick=quick, preset=preset)
-            chosen.check_traffic(cases, given=axis_values)  # exit 2 here, not a traceback mid-sweep
+            chosen.check_traffic(cases, given=axis_values, impls=impls)  # exit 2 here, not a traceback mid-sweep
             plans.append(SuitePlan(chosen, impls, cases))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
         if timing == "hot" or timer != "auto":  # the clock is known now; auto's is checked once chosen

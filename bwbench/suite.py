@@ -74,12 +74,22 @@ class Traffic:
                 raise ValueError(f"Traffic({side}={value!r}): bytes are a whole number")
             if value < 0:
                 raise ValueError(f"Traffic({side}={value!r}): bytes cannot be negative")
+            object.__setattr__(self, side, int(value))  # numpy's int64 is no JSON: the results file takes ints
         if self.read + self.write == 0:
             raise ValueError("Traffic(read=0, write=0): a case moves some bytes")
 
     @property
     def total(self) -> int:
         return self.read + self.write
+
+
+def _is_traffic(value: Any) -> bool:
+    return isinstance(value, Traffic)
+
+
+def _is_bytes(value: Any) -> bool:
+    """A mask's size as the results file takes it: a whole, non-negative number (numpy's too), or None."""
+    return value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0)
 
 
 def _defined_at(fn: Callable, err: BaseException | None = None) -> str:
@@ -370,38 +380,46 @@ class Suite:
     def tolerance(self, dtype: str) -> Tolerance | tuple[Tolerance, ...]:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
 
-    def check_traffic(self, cases: Iterable[Case], given: Mapping[str, Iterable[Any]] | None = None) -> None:
+    def check_traffic(self, cases: Iterable[Case], given: Mapping[str, Iterable[Any]] | None = None,
+                      impls: Iterable[Implementation] = ()) -> None:
         """Every case's bytes, computed now, on the CPU and before any GPU work: a traffic function
         that raises, or returns anything but a Traffic, is a SuiteDefinitionError naming its file and
         line, instead of a traceback once the sweep has begun (the run needs them for every case).
-        Where the case holds a value the user gave (`given`: axis -> values, e.g. `--cols 0` on a
-        suite that declares no domain for cols), it is a SelectionError naming that value instead."""
-        fn = self.compute_traffic
-        if fn is None:
-            return
+        The same holds for each of `impls`' own traffic and mask_bytes functions, which the run calls
+        as often. Where the case holds a value the user gave (`given`: axis -> values, e.g. `--cols 0`
+        on a suite that declares no domain for cols), it is a SelectionError naming that value instead."""
+        checks = [("traffic", self.compute_traffic, _is_traffic)] if self.compute_traffic else []
+        for impl in impls:
+            checks += [(f"implementation {impl.name!r}: {what}", fn, valid)
+                       for what, fn, valid in (("traffic", impl.traffic, _is_traffic),
+                                               ("mask_bytes", impl.mask_bytes, _is_bytes)) if fn]
         for case in cases:
-            try:
-                value = fn(case)
-            except Exception as err:  # noqa: BLE001 - the user's function, whatever it raises
-                self._traffic_failed(case, given, f"{type(err).__name__}: {err}", _defined_at(fn, err))
-            if not isinstance(value, Traffic):
-                raise SuiteDefinitionError(f"{_defined_at(fn)}suite {self.name!r}: traffic({case.id}) returned "
-                                           f"{type(value).__name__} {str(value)[:40]!r}, not Traffic(read=..., write=...)")
+            for what, fn, valid in checks:
+                try:
+                    value = fn(case)
+                except Exception as err:  # noqa: BLE001 - the user's function, whatever it raises
+                    self._traffic_failed(case, given, f"{type(err).__name__}: {err}", _defined_at(fn, err),
+                                         f"{what}({case.id})")
+                if not valid(value):
+                    wanted = "Traffic(read=..., write=...)" if valid is _is_traffic else "a whole number of bytes"
+                    raise SuiteDefinitionError(f"{_defined_at(fn)}suite {self.name!r}: {what}({case.id}) returned "
+                                               f"{type(value).__name__} {str(value)[:40]!r}, not {wanted}")
 
-    def _traffic_failed(self, case: Case, given: Mapping[str, Iterable[Any]] | None, why: str, where: str) -> None:
+    def _traffic_failed(self, case: Case, given: Mapping[str, Iterable[Any]] | None, why: str, where: str,
+                        what: str) -> None:
         chosen = [f"{axis}={case.params[axis]}" for axis, values in (given or {}).items()
                   if axis in case.params and case.params[axis] in list(values)]
         if chosen:  # the user's value, which no domain of the suite refused sooner
-            raise SelectionError(f"suite {self.name!r} cannot take {', '.join(chosen)}: its traffic({case.id}) "
-                                 f"raised {why}")
-        raise SuiteDefinitionError(f"{where}suite {self.name!r}: traffic({case.id}) raised {why}")
+            raise SelectionError(f"suite {self.name!r} cannot take {', '.join(chosen)}: its {what} raised {why}")
+        raise SuiteDefinitionError(f"{where}suite {self.name!r}: {what} raised {why}")
 
     def traffic_of(self, impl: Implementation, case: Case) -> Traffic:
         return impl.traffic(case) if impl.traffic else self.compute_traffic(case)
 
     @staticmethod
     def mask_bytes_of(impl: Implementation, case: Case) -> int | None:
-        return impl.mask_bytes(case) if impl.mask_bytes else None
+        value = impl.mask_bytes(case) if impl.mask_bytes else None
+        return None if value is None else int(value)  # numpy's int64 is no JSON
 
     def select_impls(self, names: Iterable[str] | None) -> list[Implementation]:
         if not names:

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from bwbench.discovery import BrokenSuite, discover, get_suite
@@ -315,6 +317,49 @@ def test_a_value_the_user_gave_that_the_byte_model_refuses_is_a_selection_error(
     result = CliRunner().invoke(app, ["run", str(path), "--n", "8,0", "--dry-run"])
     assert result.exit_code == 2 and "cannot take n=0" in result.output and "broken" not in result.output
     assert len(bwbench.plan(str(path), n=8)[0].cases) == 1
+
+
+def _doubling_suite(name: str, **impl_options) -> Suite:
+    import torch
+
+    suite = Suite(name, "y = 2 x", axes={"n": [8]}, dtypes=["float32"])
+    suite.inputs(lambda case, gen: {"x": torch.randn(case.n, generator=gen, device=gen.device)})
+    suite.reference(lambda x: 2 * x.double())
+    suite.traffic(lambda case: Traffic(4 * case.n, 4 * case.n))
+    suite.impl("mine", kind="cuda", **impl_options)(lambda case: (lambda x: 2 * x))
+    return suite
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"traffic": lambda case: 1 // 0}, "implementation 'mine': traffic(n=8) raised ZeroDivisionError"),
+    ({"traffic": lambda case: (32, 32)}, "implementation 'mine': traffic(n=8) returned tuple"),
+    ({"mask_bytes": lambda case: 2.5}, "implementation 'mine': mask_bytes(n=8) returned float"),
+    ({"mask_bytes": lambda case: -1}, "not a whole number of bytes"),
+])
+def test_an_implementations_own_byte_functions_are_checked_before_any_gpu_work(options, says):
+    """The run calls them for every case as it calls the suite's traffic: a broken one is a
+    SuiteDefinitionError from plan, not a traceback once the sweep has begun."""
+    import bwbench
+
+    with pytest.raises(SuiteDefinitionError, match=re.escape(says)):
+        bwbench.plan(_doubling_suite("own_bytes", **options))
+
+
+def test_numpy_byte_counts_end_up_in_a_readable_results_file(tmp_path):
+    """np.int64 bytes are whole numbers: accepted, and written as JSON ints instead of a TypeError
+    from the writer after the case was measured."""
+    import numpy as np
+
+    import bwbench
+    from bwbench.results import read_document
+
+    from fakes import cpu_session
+
+    suite = _doubling_suite("numpy_bytes", traffic=lambda case: Traffic(np.int64(32), np.int64(32)),
+                            mask_bytes=lambda case: np.int64(1))
+    document = cpu_session().run(bwbench.plan(suite), output=tmp_path / "r.json")
+    mine = [r for r in read_document(tmp_path / "r.json").records if r.impl == "mine"]
+    assert document.complete and [(r.status, r.bytes_total, r.mask_bytes) for r in mine] == [("ok", 64, 1)]
 
 
 def test_a_file_or_folder_named_like_a_suite_does_not_hide_it_and_a_bare_folder_is_a_path(tmp_path, monkeypatch):
