@@ -8,6 +8,7 @@ traffic and Triton's declarative `Benchmark`.
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 import traceback
 from dataclasses import dataclass, field
@@ -111,6 +112,12 @@ class Tolerance:
 
     rtol: float
     atol: float
+
+    def __post_init__(self) -> None:
+        for side in ("rtol", "atol"):  # a NaN or infinite bound passes every element, NaN outputs too
+            value = getattr(self, side)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+                raise ValueError(f"Tolerance({side}={value!r}): a finite number, 0 or more")
 
 
 DEFAULT_TOLERANCES = {
@@ -286,6 +293,11 @@ class Suite:
         for dtype in self.dtypes:
             if dtype not in DTYPE_ITEMSIZE:
                 raise SuiteDefinitionError(f"suite {self.name!r}: unknown dtype {dtype!r}")
+        for dtype, tolerance in self.tolerances.items():
+            parts = tolerance if isinstance(tolerance, tuple) else (tolerance,)
+            if not parts or not all(isinstance(t, Tolerance) for t in parts):
+                raise SuiteDefinitionError(f"suite {self.name!r}: the tolerance of {dtype!r} is {tolerance!r}, "
+                                           "not a Tolerance(rtol=..., atol=...) or a tuple of them, one per output")
         if self.default_dtypes is None:
             self.default_dtypes = list(self.dtypes[:1])
         if self.x_axis is None:

@@ -362,6 +362,27 @@ def test_numpy_byte_counts_end_up_in_a_readable_results_file(tmp_path):
     assert document.complete and [(r.status, r.bytes_total, r.mask_bytes) for r in mine] == [("ok", 64, 1)]
 
 
+@pytest.mark.parametrize("rtol, atol", [(float("nan"), 0.0), (1e-3, float("inf")), (-1e-3, 0.0), ("1e-3", 0.0),
+                                         (None, 0.0)])
+def test_a_tolerance_is_finite_and_not_negative(rtol, atol):
+    """NaN or infinity as a bound passes every element, a NaN output too: a wrong kernel would pass."""
+    with pytest.raises(ValueError, match="finite number, 0 or more"):
+        bwbench_tolerance(rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("tolerance", [1e-3, (1e-3, 1e-6), ()])
+def test_a_suites_tolerances_are_tolerances(tolerance):
+    """A bare number would raise AttributeError in every check, after the GPU work began."""
+    with pytest.raises(SuiteDefinitionError, match="tolerance of 'float16'"):
+        Suite("tol", "d", axes={"n": [1]}, tolerances={"float16": tolerance})
+
+
+def bwbench_tolerance(**kw):
+    from bwbench import Tolerance
+
+    return Tolerance(**kw)
+
+
 def test_a_file_or_folder_named_like_a_suite_does_not_hide_it_and_a_bare_folder_is_a_path(tmp_path, monkeypatch):
     from bwbench.discovery import listing, resolve
 
