@@ -214,6 +214,24 @@ def parse_like(text: str, example: Any) -> Any:
     return text
 
 
+def plain_value(value: Any) -> Any:
+    """An axis value as the results file holds it: a number, text, bool, None or a tuple of them;
+    numpy's scalars become Python's (np.int64 is no JSON). ValueError for anything else."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(plain_value(v) for v in value)
+    if isinstance(value, numbers.Number) and callable(getattr(value, "item", None)):
+        return value.item()
+    raise ValueError(f"{value!r} is a {type(value).__name__}, not a number, text or tuple")
+
+
+def check_name(what: str, name: Any) -> None:
+    """Suites and implementations are selected by name, comma-separated, and keyed by it in the results file."""
+    if not isinstance(name, str) or not name.strip() or "," in name:
+        raise SuiteDefinitionError(f"{what} name must be non-empty text without commas, not {name!r}")
+
+
 def pow2(low: int, high: int) -> list[int]:
     """Powers of two from low to high inclusive: pow2(32, 256) == [32, 64, 128, 256]."""
     if low <= 0 or high < low:
@@ -269,6 +287,14 @@ class Suite:
     take the suite's defaults). Shapes from real models, odd widths: what no power-of-two sweep shows."""
 
     def __post_init__(self) -> None:
+        check_name("a suite's", self.name)
+        self.points = None if self.points is None else [self._plain_point(p) for p in self.points]
+        self.axes = self._plain_axes("axis", self.axes)
+        self.quick = self._plain_axes("quick axis", self.quick)
+        if not isinstance(self.presets, Mapping) or any(not isinstance(b, list) for b in self.presets.values()):
+            raise SuiteDefinitionError(f"suite {self.name!r}: presets must be a dict of name -> list of blocks")
+        self.presets = {name: [self._plain_axes(f"preset {name!r} axis", block) for block in blocks]
+                        for name, blocks in self.presets.items()}
         if self.points is not None:
             if not self.points:
                 raise SuiteDefinitionError(f"suite {self.name!r} declares an empty list of points")
@@ -298,11 +324,45 @@ class Suite:
             if not parts or not all(isinstance(t, Tolerance) for t in parts):
                 raise SuiteDefinitionError(f"suite {self.name!r}: the tolerance of {dtype!r} is {tolerance!r}, "
                                            "not a Tolerance(rtol=..., atol=...) or a tuple of them, one per output")
+        if isinstance(self.dtypes, str) or not self.dtypes:
+            raise SuiteDefinitionError(f"suite {self.name!r}: dtypes must be a list of dtype names, not {self.dtypes!r}")
         if self.default_dtypes is None:
             self.default_dtypes = list(self.dtypes[:1])
+        if isinstance(self.default_dtypes, str) or not self.default_dtypes or \
+                any(d not in self.dtypes for d in self.default_dtypes):
+            raise SuiteDefinitionError(f"suite {self.name!r}: default_dtypes must be a list of its dtypes "
+                                       f"({', '.join(self.dtypes)}), not {self.default_dtypes!r}")
         if self.x_axis is None:
             self.x_axis = list(self.axes)[-1]
+        if self.x_axis not in self.axes:
+            raise SuiteDefinitionError(f"suite {self.name!r}: x_axis {self.x_axis!r} is not an axis")
         self._check_own_domains()
+
+    def _plain_axes(self, what: str, axes: Any) -> dict[str, list[Any]]:
+        """Axis name -> a list of plain values: a string would be swept letter by letter, a bare
+        number is no list, and numpy's values would reach the results file as no JSON."""
+        if not isinstance(axes, Mapping):
+            raise SuiteDefinitionError(f"suite {self.name!r}: its {what} values must be a dict of name -> list of values")
+        plain = {}
+        for axis, values in axes.items():
+            if not isinstance(axis, str) or not axis.strip() or "," in axis or "=" in axis:  # case ids: a=1,b=2
+                raise SuiteDefinitionError(f"suite {self.name!r}: {what} name {axis!r} must be text without ',' or '='")
+            if not isinstance(values, (list, tuple, range)) or not values:
+                raise SuiteDefinitionError(f"suite {self.name!r}: {what} {axis!r} must be a non-empty list of values, "
+                                           f"not {type(values).__name__} {values!r}")
+            try:
+                plain[axis] = [plain_value(v) for v in values]
+            except ValueError as err:
+                raise SuiteDefinitionError(f"suite {self.name!r}: {what} {axis!r}: {err}") from None
+        return plain
+
+    def _plain_point(self, point: Any) -> dict[str, Any]:
+        if not isinstance(point, Mapping):
+            raise SuiteDefinitionError(f"suite {self.name!r}: a point must be a dict of axis -> value, not {point!r}")
+        try:
+            return {axis: plain_value(v) for axis, v in point.items()}
+        except ValueError as err:
+            raise SuiteDefinitionError(f"suite {self.name!r}: point {point!r}: {err}") from None
 
     def _check_own_domains(self) -> None:
         from .domains import DomainError, check_declared, check_domains
@@ -352,6 +412,7 @@ class Suite:
         """Register `build(case) -> callable` as an implementation. `kind` is any short name (the
         known ones are IMPLEMENTATION_KINDS); `baseline` says whether it is a baseline rather than
         code under test (default: by kind, see BASELINE_KINDS)."""
+        check_name(f"suite {self.name!r}: an implementation's", name)
         if not isinstance(kind, str) or not kind.strip() or kind == "ceiling":
             raise SuiteDefinitionError(f"implementation {name!r}: kind must be a non-empty name, not {kind!r}")
         role = default_role(kind) if baseline is None else ("baseline" if baseline else "test")

@@ -383,6 +383,54 @@ def bwbench_tolerance(**kw):
     return Tolerance(**kw)
 
 
+@pytest.mark.parametrize("kw, says", [
+    ({"name": 3}, "name must be non-empty text"),
+    ({"name": "mine,theirs"}, "name must be non-empty text"),
+    ({"axes": {"n": "abc"}}, "axis 'n' must be a non-empty list of values, not str"),
+    ({"axes": {"n": 4096}}, "axis 'n' must be a non-empty list of values, not int"),
+    ({"axes": [("n", [1])]}, "dict of name -> list of values"),
+    ({"axes": {"n": [{1}]}}, "not a number, text or tuple"),
+    ({"quick": {"n": []}}, "quick axis 'n' must be a non-empty list"),
+    ({"presets": {"big": [{"n": 8192}]}}, "preset 'big' axis 'n' must be a non-empty list"),
+    ({"dtypes": []}, "dtypes must be a list of dtype names"),
+    ({"dtypes": ["float16", "float32"], "default_dtypes": "float32"}, "default_dtypes must be a list of its dtypes"),
+    ({"default_dtypes": ["float32"]}, "default_dtypes must be a list of its dtypes"),
+    ({"x_axis": "cols"}, "x_axis 'cols' is not an axis"),
+])
+def test_a_suite_declared_with_the_wrong_shapes_is_a_definition_error(kw, says):
+    """Each of these passed Suite(...) and went wrong later: "abc" swept as three cases a, b, c, a
+    default dtype string as the dtypes 'f', 'l', 'o', ..., an int name wrote a results file its own
+    reader refuses, an empty quick axis or dtype list ran nothing and passed."""
+    args = {"name": "mine", "axes": {"n": [1024]}, **kw}
+    with pytest.raises(SuiteDefinitionError, match=re.escape(says)):
+        Suite(args.pop("name"), "d", **args)
+
+
+@pytest.mark.parametrize("name", [3, "", "a,b"])
+def test_an_implementation_name_is_text_that_can_be_selected(name):
+    with pytest.raises(SuiteDefinitionError, match="name must be non-empty text without commas"):
+        Suite("mine", "d", axes={"n": [1]}).impl(name, kind="torch")
+
+
+def test_numpy_axis_values_are_plain_values_in_the_results_file(tmp_path):
+    """list(np.arange(...)) holds np.int64: the writer raised TypeError after the first record."""
+    import numpy as np
+
+    import bwbench
+    from bwbench.results import read_document
+
+    from fakes import cpu_session
+
+    suite = Suite("numpy_axes", "d", axes={"n": list(np.arange(8, 10))}, dtypes=["float32"])
+    suite.inputs(_doubling_suite("donor").make_inputs)
+    suite.reference(lambda x: 2 * x.double())
+    suite.traffic(lambda case: Traffic(4 * case.n, 4 * case.n))
+    suite.impl("mine", kind="cuda")(lambda case: (lambda x: 2 * x))
+    assert suite.axes == {"n": [8, 9]} and all(type(v) is int for v in suite.axes["n"])
+    cpu_session().run(bwbench.plan(suite), output=tmp_path / "r.json")
+    assert [r.params for r in read_document(tmp_path / "r.json").records if r.impl == "mine"] == [{"n": 8}, {"n": 9}]
+
+
 def test_a_file_or_folder_named_like_a_suite_does_not_hide_it_and_a_bare_folder_is_a_path(tmp_path, monkeypatch):
     from bwbench.discovery import listing, resolve
 
