@@ -54,11 +54,20 @@ def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | N
 
 
 def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
-    """Keyword axis values: one value or a list of them; strings are read as the CLI reads them."""
+    """Keyword axis values: one value or a list of them (a numpy array too); strings are read as the
+    CLI reads them, numpy scalars become Python's (the results file holds no np.int64)."""
+    from .suite import SelectionError, plain_value
+
     values = {}
     for name, given in axes.items():
-        items = list(given) if isinstance(given, (list, range)) else [given]
-        values[name] = [suite.parse_axis_values(name, [v])[0] if isinstance(v, str) else v for v in items]
+        many = isinstance(given, (list, range)) or (hasattr(given, "__iter__") and not isinstance(given, (str, tuple)))
+        items = list(given) if many else [given]
+        if not items:
+            raise SelectionError(f"{name}= needs at least one value")
+        try:
+            values[name] = [suite.parse_axis_values(name, [v])[0] if isinstance(v, str) else plain_value(v) for v in items]
+        except ValueError as err:
+            raise SelectionError(f"{name}=: {err}") from None
     return values
 
 

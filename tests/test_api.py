@@ -87,6 +87,25 @@ def test_run_returns_a_frame_and_writes_the_file_it_is_given(tmp_path, monkeypat
         bwbench.run(suite, impls="nope")
 
 
+def test_keyword_axis_values_from_numpy_are_swept_as_plain_values_and_an_empty_list_is_refused(tmp_path, monkeypatch):
+    """cols=np.array([...]) was one case holding the array, np.int64 crashed the results writer
+    after the first record, and cols=[] planned no case at all, so the run measured nothing and passed."""
+    import numpy as np
+
+    monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
+    suite = bwbench.Suite("triple", "y = 3x", axes={"n": [16]}, dtypes=["float32"])
+    suite.inputs(lambda case, gen: {"x": torch.randn(case.n, generator=gen)})
+    suite.reference(lambda x: 3 * x.double())
+    suite.traffic(lambda case: bwbench.Traffic(4 * case.n, 4 * case.n))
+    suite.impl("mine", kind="cuda")(lambda case: (lambda x: 3 * x))
+    [plan] = bwbench.plan(suite, n=np.array([8, 32]))
+    assert [c.params for c in plan.cases] == [{"n": 8}, {"n": 32}] and type(plan.cases[0].n) is int
+    frame = bwbench.run(suite, n=np.int64(8), output=tmp_path / "r.json")
+    assert set(frame["n"]) == {8} and read_document(tmp_path / "r.json").complete
+    with pytest.raises(bwbench.SelectionError, match="needs at least one value"):
+        bwbench.plan(suite, n=[])
+
+
 @pytest.mark.gpu
 def test_bench_agrees_with_run_on_torch_softmax():
     """Done-when of the public API: bench on torch.softmax at (49152, 4096) float16 within 2% of
