@@ -135,11 +135,23 @@ def connect(store_path: str | Path, create: bool = True) -> sqlite3.Connection:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = sqlite3.connect(path)
+        _check_tables(conn, path, create)
         conn.executescript(SCHEMA)
         _add_missing_columns(conn)
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path} is not a bwbench results store ({err})") from None
     return conn
+
+
+def _check_tables(conn: sqlite3.Connection, path: Path, create: bool) -> None:
+    """Another program's SQLite file (--store app.db) is refused before bwbench adds its tables to
+    it; a command that only reads never adds them at all."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if {"runs", "results"} <= tables or (create and not tables):
+        return
+    conn.close()
+    held = f"it holds the tables {', '.join(sorted(tables))}" if tables else "it holds no tables"
+    raise StoreError(f"{path} is not a bwbench results store ({held}, not bwbench's runs and results)")
 
 
 ADDED_COLUMNS = {"runs": {"timing": "TEXT"}}

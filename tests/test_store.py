@@ -199,3 +199,29 @@ def test_a_store_that_is_a_folder_is_refused_without_a_journal_beside_it(tmp_pat
     result = CliRunner().invoke(app, ["store", "import", str(path), "--store", str(folder)])
     assert result.exit_code == 2 and "not a regular file" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r20.json", "store"]
+
+
+@pytest.mark.parametrize("command", [["history", "softmax"], ["store", "import", "RUN"],
+                                     ["compare", "--against-store", "RUN"]])
+def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(tmp_path, command):
+    """`--store app.db` named by mistake: bwbench added its tables to it, even for history, which
+    only reads."""
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    conn.close()
+    before = db.read_bytes()
+    run = write(tmp_path, "run", run_of(20, "aaaaaaa"))
+    result = CliRunner().invoke(app, [str(run) if part == "RUN" else part for part in command] + ["--store", str(db)])
+    assert result.exit_code == 2 and "app.db is not a bwbench results store (it holds the tables users" in \
+        " ".join(result.output.split()), result.output
+    assert db.read_bytes() == before
+
+
+def test_a_reading_command_adds_no_tables_to_an_empty_file(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(store.StoreError, match="holds no tables"):
+        store.query_trend(empty, "softmax")
+    assert empty.read_bytes() == b""
+    assert store.add_document(run_of(20, "aaaaaaa"), empty).new_run  # a store may start as an empty file
