@@ -594,8 +594,8 @@ def _anchor(suite: str, dtype: str) -> str:
 # --- records: axes, ordering, numbers --------------------------------------------------------
 
 def is_plottable(record: Record) -> bool:
-    """Only a successful record with a finite bandwidth is ever drawn as a speed."""
-    return record.status == "ok" and _finite(record.gbps)
+    """Only a successful record with a finite, positive bandwidth is ever drawn as a speed."""
+    return record.status == "ok" and _finite(record.gbps) and record.gbps > 0
 
 
 def implementation_order(meta: dict[str, Any], records: Sequence[Record]) -> list[str]:
@@ -706,7 +706,7 @@ def _ratio_table(runs, meta: dict[str, Any]) -> str:
         row = "".join(f"<td>{esc(_axis_text(example, a))}</td>" for a in axes)
         for impl in impls:
             found = [c.get((case, impl)) for c in cells]
-            speeds = [r.gbps if r is not None and r.status == "ok" and _finite(r.gbps) else None for r in found]
+            speeds = [r.gbps if r is not None and is_plottable(r) else None for r in found]
             row += "".join(f"<td>{_gbps_text(v) if v else MISSING}</td>" for v in speeds)
             row += "".join(f"<td>{v / speeds[0]:.2f}×</td>" if v and speeds[0] else
                            f"<td>{MISSING}</td>" for v in speeds[1:])
@@ -765,6 +765,8 @@ def _impl_cells(record: Record | None, impl: str, baseline: Record | None, maske
         return f"<td class=\"failed\" colspan=\"{span}\" title=\"{esc(record.reason or 'no reason recorded')}\">FAILED</td>"
     if record.status == "skipped":
         return f"<td class=\"skipped\" colspan=\"{span}\" title=\"{esc(record.reason or 'no reason recorded')}\">skipped</td>"
+    if not is_plottable(record):  # a hand-edited or cut file: no speed shown as if measured
+        return f"<td class=\"failed\" colspan=\"{span}\" title=\"GB/s is {esc(record.gbps)}\">invalid</td>"
     gbps = f"{_gbps_text(record.gbps)}{_throttle_html(record)}"
     detail = esc(cell_detail(record))
     if impl == COPY_IMPL:

@@ -124,6 +124,17 @@ def test_failed_and_skipped_records_are_never_plotted():
     assert "86420" not in page
 
 
+@pytest.mark.parametrize("gbps", [None, -2000.0, math.nan, 0.0])
+def test_an_ok_record_without_a_real_speed_is_shown_invalid_not_as_a_number(gbps):
+    """A hand-edited file: gbps null made `report` a TypeError traceback, -2000 was a table cell."""
+    doc = make_document()
+    naive = next(r for r in doc.records if r.impl == "naive" and r.status == "ok")
+    naive.gbps = gbps
+    page = report.render_html([("H100", doc)])
+    assert f'title="GB/s is {gbps}">invalid</td>' in page
+    assert page.count("-2000") == (1 if gbps == -2000.0 else 0)  # in the hover text only
+
+
 def test_page_is_offline_and_inlines_plotly_once():
     page = report.render_html([("H100", make_document())])
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, flags=re.I)
