@@ -181,7 +181,10 @@ def created_text(value: Any) -> str | None:
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _dt.datetime.fromtimestamp(value, _dt.timezone.utc).isoformat(timespec="seconds")
+        try:
+            return _dt.datetime.fromtimestamp(value, _dt.timezone.utc).isoformat(timespec="seconds")
+        except (OverflowError, OSError, ValueError):  # 1e20 or NaN in a hand-edited file
+            raise StoreError(f"environment.created is {value!r}, which is no date") from None
     text = str(value)
     try:
         parsed = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -200,6 +203,7 @@ def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, 
         document = read_document(path_or_doc)
         source = source or str(path_or_doc)
     env = document.environment or {}
+    created = _checked_environment(env, source)
     run_id = run_id_of(document)
     latest: dict[tuple[str, str, str, str], Record] = {}
     for r in document.records:
@@ -209,7 +213,7 @@ def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, 
         conn.execute(
             "INSERT OR IGNORE INTO runs (run_id, gpu_name, gpu_uuid, git_commit, created, host, copy_gbps, peak_gbps, "
             "bwbench_version, complete, source, added, timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, env.get("gpu_name"), env.get("gpu_uuid"), env.get("git_commit"), created_text(env.get("created")),
+            (run_id, env.get("gpu_name"), env.get("gpu_uuid"), env.get("git_commit"), created,
              env.get("host"), _real(env.get("copy_gbps")), _real(env.get("peak_gbps")), env.get("bwbench_version"),
              int(bool(document.complete)), source, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
              run_method(document)))
@@ -220,7 +224,20 @@ def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, 
         conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          [_result_row(run_id, r) for r in latest.values()])
         added = conn.total_changes - before
-    return AddResult(run_id, new_run, added, env.get("gpu_name"), created_text(env.get("created")))
+    return AddResult(run_id, new_run, added, env.get("gpu_name"), created)
+
+
+def _checked_environment(env: dict[str, Any], source: str | None) -> str | None:
+    """The run's date, once its facts are known to fit the store: a hand-edited file's list or
+    out-of-range date is a StoreError naming the file, not a traceback from SQLite or datetime."""
+    for key in ("gpu_name", "gpu_uuid", "git_commit", "host", "bwbench_version"):  # SQLite binds no list
+        if env.get(key) is not None and not isinstance(env[key], str):
+            raise StoreError(f"{source or 'the run'}: environment.{key} is {type(env[key]).__name__} "
+                             f"{str(env[key])[:40]!r}, not text")
+    try:
+        return created_text(env.get("created"))
+    except StoreError as err:
+        raise StoreError(f"{source or 'the run'}: {err}") from None
 
 
 def add_finished_run(results_path: str | Path, store_path: str | Path | None) -> str:
@@ -237,9 +254,9 @@ def add_finished_run(results_path: str | Path, store_path: str | Path | None) ->
 
 def _result_row(run_id: str, r: Record) -> tuple:
     stats = (r.stats or {}) if r.status == "ok" else {}
-    speed = _real(r.gbps) if r.status == "ok" else None  # a wrong or skipped record has no speed
-    return (run_id, r.suite, r.case, r.dtype, r.impl, r.kind, r.status, speed, _real(stats.get("median_us")),
-            _real(stats.get("p10_us")), _real(stats.get("p90_us")), _real(r.pct_copy) if speed else None,
+    speed = _positive(r.gbps) if r.status == "ok" else None  # a wrong or skipped record has no speed
+    return (run_id, r.suite, r.case, r.dtype, r.impl, r.kind, r.status, speed, _positive(stats.get("median_us")),
+            _positive(stats.get("p10_us")), _positive(stats.get("p90_us")), _real(r.pct_copy) if speed else None,
             _real(r.pct_peak) if speed else None,
             r.bytes_total if isinstance(r.bytes_total, int) else None,
             json.dumps(r.params or {}, default=str, allow_nan=False, sort_keys=False))
@@ -250,6 +267,12 @@ def _real(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def _positive(value: Any) -> float | None:
+    """A speed or a time: finite and above zero, else None (-2000 GB/s is no measurement)."""
+    value = _real(value)
+    return value if value is not None and value > 0 else None
 
 
 def recent_runs(store_path: str | Path, gpu_name: str | None = None, limit: int | None = 20) -> list[StoredRun]:
@@ -368,4 +391,6 @@ def import_files(paths: Iterable[str | Path], store_path: str | Path) -> list[tu
     """`bwbench store import`: every file is read first, so an unreadable one stops with its message
     before anything is added; then each is added."""
     documents = [(Path(path), read_document(path)) for path in paths]
+    for path, document in documents:
+        _checked_environment(document.environment or {}, str(path))
     return [(path, add_document(document, store_path, source=str(path))) for path, document in documents]

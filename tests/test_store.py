@@ -225,3 +225,32 @@ def test_a_reading_command_adds_no_tables_to_an_empty_file(tmp_path):
         store.query_trend(empty, "softmax")
     assert empty.read_bytes() == b""
     assert store.add_document(run_of(20, "aaaaaaa"), empty).new_run  # a store may start as an empty file
+
+
+@pytest.mark.parametrize("key, value, says", [("created", 1e20, "environment.created is 1e+20, which is no date"),
+                                              ("gpu_name", ["H100"], "environment.gpu_name is list"),
+                                              ("git_commit", 7, "environment.git_commit is int")])
+def test_a_hand_edited_environment_is_one_line_and_adds_nothing(tmp_path, key, value, says):
+    """An out-of-range date was an OverflowError traceback, a list a sqlite3.ProgrammingError."""
+    good = write(tmp_path, "good", run_of(20, "aaaaaaa"))
+    doc = run_of(21, "bbbbbbb")
+    doc.environment[key] = value
+    bad = write(tmp_path, "bad", doc)
+    db = tmp_path / "h.sqlite"
+    result = CliRunner().invoke(app, ["store", "import", str(good), str(bad), "--store", str(db)])
+    assert result.exit_code == 2 and f"bad.json: {says}" in " ".join(result.output.split()), result.output
+    assert not db.exists(), "every file is checked before any is added"
+
+
+def test_a_negative_or_nan_speed_is_stored_as_no_speed(tmp_path):
+    """-2000 GB/s and a negative median from a hand-edited file went into the history as measured."""
+    doc = run_of(20, "aaaaaaa")
+    naive = next(r for r in doc.records if r.impl == "naive" and r.status == "ok")
+    naive.gbps, naive.stats = -2000.0, {**naive.stats, "median_us": -5.0, "p10_us": float("nan")}
+    db = tmp_path / "h.sqlite"
+    store.add_document(doc, db)
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT gbps, median_us, p10_us, pct_copy FROM results WHERE impl = 'naive' AND case_id = ?",
+                           (naive.case,)).fetchone()
+    conn.close()
+    assert row == (None, None, None, None)
