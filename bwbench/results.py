@@ -458,6 +458,15 @@ def read_document(path: str | os.PathLike) -> RunDocument:
 STAT_COLUMNS = ("count", "min_us", "p10_us", "median_us", "p90_us", "max_us", "mean_us", "stdev_us", "noise", "median_error", "converged")
 
 
+FRAME_COLUMNS = ("kernel_sum_us", "writeback_us", "check_passed", "max_abs_err", "gpu", "source")
+"""Columns to_frame adds beside the record's fields and STAT_COLUMNS."""
+
+
+def frame_column_names() -> set[str]:
+    """Every column to_frame writes besides the axes: an axis of one of these names would be overwritten."""
+    return {f.name for f in fields(Record)} | set(STAT_COLUMNS) | set(FRAME_COLUMNS)
+
+
 def to_frame(document: RunDocument, source: str | None = None):
     """One row per record; axis values and statistics as their own columns, raw samples as a list."""
     import pandas as pd

@@ -304,6 +304,12 @@ class Suite:
             self.axes = {n: list(dict.fromkeys(p[n] for p in self.points)) for n in names}
         if not self.axes:
             raise SuiteDefinitionError(f"suite {self.name!r} declares no axes")
+        from .results import frame_column_names
+
+        taken = sorted(set(self.axes) & frame_column_names())
+        if taken:  # the records' DataFrame (bwbench.run, load) would show the record's field under that name
+            raise SuiteDefinitionError(f"suite {self.name!r}: axis name {', '.join(map(repr, taken))} is a column of "
+                                       "the results (impl, dtype, status, count, ...): name the axis otherwise")
         for axis, values in self.axes.items():
             if not values:
                 raise SuiteDefinitionError(f"suite {self.name!r}: axis {axis!r} has no values")

@@ -412,6 +412,14 @@ def test_an_implementation_name_is_text_that_can_be_selected(name):
         Suite("mine", "d", axes={"n": [1]}).impl(name, kind="torch")
 
 
+@pytest.mark.parametrize("axis", ["count", "impl", "timing", "source"])
+def test_an_axis_named_like_a_results_column_is_refused(axis):
+    """The frame of bwbench.run and bwbench.load put the axis values under their names, then the
+    record's own field or statistic over them: a `count` axis showed the sample count."""
+    with pytest.raises(SuiteDefinitionError, match=f"axis name '{axis}' is a column of the results"):
+        Suite("mine", "d", axes={"rows": [8], axis: [1, 2]})
+
+
 def test_numpy_axis_values_are_plain_values_in_the_results_file(tmp_path):
     """list(np.arange(...)) holds np.int64: the writer raised TypeError after the first record."""
     import numpy as np
