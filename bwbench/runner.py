@@ -184,10 +184,14 @@ class Runner:
         return records
 
     def _build_and_check(self, suite: Suite, case: Case, impl: Implementation, inputs: dict, reference):
-        reason = impl.skip_reason(case)
-        if reason:
-            return self._record(case, impl, None, "skipped", suite.traffic_of(impl, case), reason)
         traffic = suite.traffic_of(impl, case)
+        try:
+            reason = impl.skip_reason(case)
+        except Exception as err:  # noqa: BLE001 - the suite's unsupported(), whatever it raises
+            return self._record(case, impl, None, "failed", traffic, f"unsupported() raised: {_short_error(err)}",
+                                check={"passed": False, "message": traceback.format_exc(limit=3)})
+        if reason:
+            return self._record(case, impl, None, "skipped", traffic, str(reason))
         began = time.perf_counter()
         try:
             fn = impl.build(case)

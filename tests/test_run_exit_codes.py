@@ -124,6 +124,7 @@ def make_suite() -> Suite:
     suite.impl("wrong", kind="cuda")(timed("wrong", 3))
     suite.impl("ctrl_c", kind="compiled")(timed("ctrl_c", 2))
     suite.impl("sigterm", kind="compiled")(timed("sigterm", 2))
+    suite.impl("picky", kind="cuda", unsupported=lambda case: case.cols > 0)(timed("good", 2))  # no cols axis
     return suite
 
 
@@ -185,6 +186,15 @@ def test_a_failed_check_exits_1_and_is_recorded_failed(fake_gpu, tmp_path):
     doc = read_document(only_results(tmp_path))
     wrong = next(r for r in doc.records if r.impl == "wrong")
     assert wrong.status == "failed" and wrong.gbps is None
+
+
+def test_an_unsupported_function_that_raises_fails_its_implementation_not_the_run(fake_gpu, tmp_path):
+    result = run(tmp_path, "--impl", "good,picky")
+    assert result.exit_code == 1, result.output
+    doc = read_document(only_results(tmp_path))
+    picky = next(r for r in doc.records if r.impl == "picky")
+    assert picky.status == "failed" and "unsupported() raised" in picky.reason
+    assert next(r for r in doc.records if r.impl == "good").status == "ok" and doc.complete
 
 
 def test_interrupted_run_exits_130_and_keeps_what_it_measured(fake_gpu, tmp_path):
