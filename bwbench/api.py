@@ -7,6 +7,7 @@ gets the same checks and the same numbers.
 from __future__ import annotations
 
 import os
+from collections import abc
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -71,6 +72,20 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
     return values
 
 
+def _names(what: str, given: Any) -> list[str] | None:
+    """`impls`, `dtypes` or `preset` as names: a comma-separated string or an iterable of strings
+    (impls=5 is a SelectionError, not a TypeError from deep inside)."""
+    from .suite import SelectionError
+
+    if given is None:
+        return None
+    items = given.split(",") if isinstance(given, str) else list(given) if isinstance(given, abc.Iterable) else None
+    if items is None or not all(isinstance(s, str) for s in items):
+        raise SelectionError(f"{what}= takes names, as 'a,b' or ['a', 'b'], not {given!r}")
+    names = [s.strip() for s in items]
+    return [s for s in names if s] or None
+
+
 def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterable[str] | str | None = None,
          quick: bool = False, preset: str | Iterable[str] | None = None, **axes: Any) -> list[SuitePlan]:
     """The plans a run would measure, chosen and checked before any GPU work (SelectionError on
@@ -78,8 +93,9 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
     raises or returns no Traffic for one of the cases)."""
     from .discovery import resolve
 
-    impl_names = [s.strip() for s in impls.split(",")] if isinstance(impls, str) else (list(impls) if impls else None)
-    dtype_names = [s.strip() for s in dtypes.split(",")] if isinstance(dtypes, str) else (list(dtypes) if dtypes else None)
+    impl_names, dtype_names = _names("impls", impls), _names("dtypes", dtypes)
+    presets = _names("preset", preset)
+    preset = ",".join(presets) if presets else None
     plans = []
     for suite in resolve(suite_or_path):
         axis_values = _axis_values(suite, axes)

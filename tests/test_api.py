@@ -118,3 +118,16 @@ def test_bench_agrees_with_run_on_torch_softmax():
           f"({row['pct_copy']:.1f}% of copy)")
     assert abs(result.median_us / row["median_us"] - 1) < 0.02, (result.median_us, row["median_us"])
     assert abs(result.pct_copy / row["pct_copy"] - 1) < 0.03
+
+
+@pytest.mark.parametrize("keyword, value", [("impls", 5), ("dtypes", 5), ("preset", 5), ("impls", ["torch", 3])])
+def test_names_of_the_wrong_type_are_a_selection_error(keyword, value):
+    with pytest.raises(bwbench.SelectionError, match=f"{keyword}= takes names"):
+        bwbench.plan("softmax", **{keyword: value})
+
+
+def test_names_as_a_string_a_list_or_a_tuple_select_alike():
+    by_text = bwbench.plan("softmax", impls="torch,naive", dtypes="float16", preset="models")
+    by_list = bwbench.plan("softmax", impls=("torch", "naive"), dtypes=["float16"], preset=["models"])
+    assert [i.name for i in by_text[0].impls] == [i.name for i in by_list[0].impls] == ["torch", "naive"]
+    assert by_text[0].cases == by_list[0].cases
