@@ -138,6 +138,8 @@ def connect(store_path: str | Path, create: bool = True) -> sqlite3.Connection:
         _check_tables(conn, path, create)
         conn.executescript(SCHEMA)
         _add_missing_columns(conn)
+    except sqlite3.OperationalError as err:  # locked by another writer, read-only: the file may be a fine store
+        raise StoreError(f"cannot use the results store {path}: {err}") from None
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path} is not a bwbench results store ({err})") from None
     return conn

@@ -254,3 +254,21 @@ def test_a_negative_or_nan_speed_is_stored_as_no_speed(tmp_path):
                            (naive.case,)).fetchone()
     conn.close()
     assert row == (None, None, None, None)
+
+
+def test_a_store_locked_by_another_writer_says_so_not_that_it_is_no_store(tmp_path):
+    import sqlite3
+
+    from bwbench.store import StoreError, connect
+
+    path = tmp_path / "runs.db"
+    connect(path).close()
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match="cannot use the results store") as err:
+            connect(path)  # waits out sqlite3's 5 s busy timeout first
+        assert "not a bwbench results store" not in str(err.value)
+    finally:
+        holder.rollback()
+        holder.close()
