@@ -107,7 +107,8 @@ def split_list(value: Optional[str]) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
 
-_SIZE = re.compile(r"^\s*([0-9.]+(?:e[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?|\.[0-9]+(?:e[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+"""A number Python's float reads ('1.5.5' and '.' are not), then a unit."""
 
 
 def parse_size(text: str, positive: bool = False) -> int:
@@ -118,9 +119,9 @@ def parse_size(text: str, positive: bool = False) -> int:
     number, unit = float(match.group(1)), (match.group(2) or "").lower().rstrip("b")
     if not math.isfinite(number):
         raise UsageError(f"cannot read {text!r} as a size (examples: 4GB, 512MiB, 1e9)")
-    if positive and number <= 0:
-        raise UsageError(f"cannot read {text!r} as a positive size (examples: 4GB, 512MiB, 1e9)")
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+    if positive and number * scale.get(unit, 1) < 1:  # '0.5' is no whole byte: a copy of nothing
+        raise UsageError(f"cannot read {text!r} as a positive size (examples: 4GB, 512MiB, 1e9)")
     if unit not in scale:
         raise UsageError(f"unknown size unit in {text!r}")
     return int(number * scale[unit])

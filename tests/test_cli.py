@@ -124,6 +124,18 @@ def test_sizes(text, expected):
     assert parse_size(text) == expected
 
 
+@pytest.mark.parametrize("args", [("run", "softmax", "--dry-run", "--copy-size", "1.5.5"),
+                                  ("run", "softmax", "--dry-run", "--copy-size", "0.5"),
+                                  ("info", "--copy-size", "."),
+                                  ("compare", "a.json", "b.json", "--min-bytes", "1..2MB")])
+def test_a_malformed_or_fractional_byte_size_is_one_line(args):
+    """'1.5.5' passed the size pattern and failed in float() with a traceback; '0.5' bytes of copy
+    passed as positive and became a copy of 0 bytes."""
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: cannot read {args[-1]!r} as a") and len(result.output.splitlines()) == 1
+
+
 def test_report_without_plotly_is_a_message_not_a_traceback(tmp_path, monkeypatch):
     from test_results import document, record
 
