@@ -54,25 +54,37 @@ def json_dumps(value: Any, **kwargs) -> str:
 
 
 def restore_nonfinite(root: Any, notes: list | None) -> None:
-    """Put the noted non-finite values back into `root` (dicts, lists and dataclass objects)."""
+    """Put the noted non-finite values back into `root` (dicts, lists and dataclass objects).
+
+    Only where the file holds the null the writer left: a hand-edited note pointing at an object
+    (the environment, a record's stats) or at a number is ignored, not a NaN where a dict belongs."""
     for note in notes or []:
         try:
             path, was = list(note["at"]), float(note["was"])
         except (KeyError, TypeError, ValueError):
             continue
-        if not path:
+        if not path or math.isfinite(was):
             continue
         target = root
         try:
             for step in path[:-1]:
-                target = target[step] if isinstance(target, (dict, list)) else getattr(target, step)
+                target = _step(target, step)
             last = path[-1]
+            if _step(target, last) is not None:
+                continue
             if isinstance(target, (dict, list)):
                 target[last] = was
             elif isinstance(last, str) and hasattr(target, last):
                 setattr(target, last, was)
         except (KeyError, IndexError, TypeError, AttributeError):
             continue
+
+
+def _step(target: Any, step: Any) -> Any:
+    """target[step] or target.step; a list takes only an index from 0 (not -1, not true)."""
+    if isinstance(target, list) and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise IndexError(step)
+    return target[step] if isinstance(target, (dict, list)) else getattr(target, step)
 
 
 def read_text_bounded(path: os.PathLike | str, limit: int | None = None) -> str:

@@ -326,6 +326,22 @@ def test_an_old_single_json_file_with_nan_tokens_still_reads(tmp_path):
     assert math.isnan(read_document(path).records[0].gbps)
 
 
+@pytest.mark.parametrize("at", [["environment"], ["records", 0, "stats"], ["records", 0, "gbps"], ["records", -1, "gbps"]])
+def test_a_nonfinite_note_restores_only_a_null(tmp_path, at):
+    """A hand-edited note pointing at an object (the environment, a record's stats) put NaN where
+    a dict belongs and report/compare failed with an AttributeError; one pointing at a number
+    replaced it. Only the null the writer left there takes the noted value back."""
+    data = document([record()]).to_dict()
+    data["nonfinite"] = [{"at": at, "was": "nan"}]
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    again = read_document(path)
+    assert isinstance(again.environment, dict) and isinstance(again.records[0].stats, dict)
+    assert again.records[0].gbps == 100.0
+    code, text = cli("report", path, "-o", tmp_path / "p.html")
+    assert code == 0, text
+
+
 # === typed reading ==================================================================================
 def results_text(mutate) -> str:
     data = document([record()]).to_dict()
