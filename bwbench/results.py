@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
@@ -365,6 +366,36 @@ def _check_schema(schema: str, path: Path) -> None:
         raise ResultsFileError(f"{path} is not a bwbench results file (schema {schema!r}, expected {SCHEMA!r})")
 
 
+_LONG_DIGITS = re.compile(r"[0-9]{19,}")
+"""A run of digits that may be an integer beyond 64 bits (2**63 has 19 digits)."""
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _bounded_int(token: str) -> int:
+    value = int(token) if len(token) <= 40 else None
+    if value is None or abs(value) >= 2**63:
+        raise _TooLarge(token)
+    return value
+
+
+def _check_integers(text: str, path: Path, where: str = "") -> None:
+    """Integers of a results file fit 64 bits, as the store's and a float's range need: a
+    hand-edited 10**400 is a one-line error, not an OverflowError in a report or `store import`."""
+    if not _LONG_DIGITS.search(text):
+        return
+    try:
+        json.loads(text, parse_int=_bounded_int)
+    except _TooLarge as err:
+        digits = str(err)
+        shown = digits if len(digits) <= 24 else digits[:20] + "…"
+        raise ResultsFileError(f"{path}{where}: the integer {shown} is too large for a results file") from None
+    except (ValueError, RecursionError):
+        return  # not JSON: the typed read says where
+
+
 def _read_whole(text: str, path: Path) -> RunDocument:
     from pydantic import ValidationError
 
@@ -377,6 +408,7 @@ def _read_whole(text: str, path: Path) -> RunDocument:
     if not isinstance(head, dict) or "schema" not in head:
         raise ResultsFileError(f"{path} is not a bwbench results file")
     _check_schema(head["schema"], path)
+    _check_integers(text, path)
     try:
         stored = _adapter(_StoredDocument).validate_json(text, strict=True)
     except ValidationError as err:
@@ -402,6 +434,7 @@ def _read_stream(text: str, path: Path) -> RunDocument:
                 torn = line  # a last line cut short, then a newline: still a torn line
                 break
             raise _first_problem(err, path, f", line {number}") from None
+        _check_integers(line, path, f", line {number}")
         notes = [vars(n) for n in item.nonfinite or []]
         if item.header is not None:
             _check_schema(item.header.schema, path)

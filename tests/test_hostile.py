@@ -367,6 +367,28 @@ def test_a_field_of_the_wrong_type_names_the_file_and_the_field(tmp_path, mutate
     one_error_line(text, code, f"bad.json: field {field}")
 
 
+@pytest.mark.parametrize("mutate", [lambda d: d["records"][0].update(bytes_total=2**64),
+                                    lambda d: d["environment"].update(peak_gbps=10**400)])
+def test_an_integer_beyond_64_bits_is_one_line(tmp_path, mutate):
+    """JSON integers have no bound: 10**400 failed converting to float in the report and 2**64
+    binding to SQLite in `store import`, both with an OverflowError traceback."""
+    path = tmp_path / "huge.json"
+    path.write_text(results_text(mutate))
+    for args in (("report", path, "-o", tmp_path / "p.html"), ("store", "import", path, "--store", tmp_path / "s.sqlite")):
+        code, text = cli(*args)
+        one_error_line(text, code, "huge.json: the integer")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.json"]
+
+
+def test_an_integer_beyond_64_bits_in_the_stream_names_the_line(tmp_path):
+    writer = ResultsWriter(tmp_path / "r.json", document())
+    writer.add(record())
+    stream = stream_path(tmp_path / "r.json")
+    stream.write_text(stream.read_text().replace('"bytes_total":16777216', f'"bytes_total":{2**70}'))
+    with pytest.raises(ResultsFileError, match="line 2: the integer 1180591620717411303424 is too large"):
+        read_document(stream)
+
+
 def test_a_wrong_type_in_the_stream_names_the_line(tmp_path):
     writer = ResultsWriter(tmp_path / "r.json", document())
     writer.add(record())
