@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from typing_extensions import TypedDict
+
 from .outputs import OutputError, atomic_file, create_exclusive, os_error_text
 from .safe_json import InputFileError, dumps_finite, read_text_bounded, restore_nonfinite
 
@@ -324,6 +326,24 @@ class _Line:
     nonfinite: list[_Note] | None = None
 
 
+class _ImplementationMeta(TypedDict, total=False):
+    kind: str | None
+    role: str | None
+    description: str | None
+
+
+class _SuiteMeta(TypedDict, total=False):
+    """The fields of a suite's `describe()` that reports read; others are ignored."""
+
+    description: str | None
+    x_axis: str | None
+    implementations: dict[str, _ImplementationMeta | None] | None
+
+
+class _Suites(TypedDict):
+    suites: dict[str, _SuiteMeta]
+
+
 _ADAPTERS: dict[type, Any] = {}
 
 
@@ -359,6 +379,17 @@ def _jsonable(value) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+def _check_suites(suites: dict[str, Any], path: Path, where: str = "") -> None:
+    """The suites' metadata typed like the records (`suites.softmax.x_axis` a list, an
+    implementation's entry a number): the file and the field named, not a report's traceback."""
+    from pydantic import ValidationError
+
+    try:
+        _adapter(_Suites).validate_python({"suites": suites}, strict=True)
+    except ValidationError as err:
+        raise _first_problem(err, path, where) from None
 
 
 def _check_schema(schema: str, path: Path) -> None:
@@ -413,6 +444,7 @@ def _read_whole(text: str, path: Path) -> RunDocument:
         stored = _adapter(_StoredDocument).validate_json(text, strict=True)
     except ValidationError as err:
         raise _first_problem(err, path) from None
+    _check_suites(stored.suites, path)
     document = RunDocument(**{f.name: getattr(stored, f.name) for f in fields(RunDocument)})
     restore_nonfinite(document, [vars(n) for n in stored.nonfinite or []])
     return document
@@ -438,6 +470,7 @@ def _read_stream(text: str, path: Path) -> RunDocument:
         notes = [vars(n) for n in item.nonfinite or []]
         if item.header is not None:
             _check_schema(item.header.schema, path)
+            _check_suites(item.header.suites, path, f", line {number}")
             restore_nonfinite(item, notes)
             h = item.header
             if document is None:

@@ -389,6 +389,21 @@ def test_an_integer_beyond_64_bits_in_the_stream_names_the_line(tmp_path):
         read_document(stream)
 
 
+@pytest.mark.parametrize("suites,field", [
+    ({"softmax": 5}, "suites.softmax"),
+    ({"softmax": {"x_axis": ["cols"]}}, "suites.softmax.x_axis"),
+    ({"softmax": {"implementations": 5}}, "suites.softmax.implementations"),
+    ({"softmax": {"implementations": {"torch": "torch"}}}, "suites.softmax.implementations.torch"),
+])
+def test_suite_metadata_of_the_wrong_type_names_the_field(tmp_path, suites, field):
+    """The suites' metadata is what reports read for axes and roles; of the wrong type it failed
+    deep in the report with an AttributeError or TypeError traceback."""
+    path = tmp_path / "bad.json"
+    path.write_text(results_text(lambda d: d.update(suites=suites)))
+    code, text = cli("report", path, "-o", tmp_path / "p.html")
+    one_error_line(text, code, f"bad.json: field {field}:")
+
+
 def test_a_wrong_type_in_the_stream_names_the_line(tmp_path):
     writer = ResultsWriter(tmp_path / "r.json", document())
     writer.add(record())
