@@ -107,6 +107,12 @@ def refuse_results_file(output: os.PathLike | str, option: str) -> None:
         raise OutputError(f"{option} {path} is a database (a results store?); it would be replaced: choose another file")
 
 
+def refuse_folder(output: os.PathLike | str, option: str) -> None:
+    """An output that is a folder is refused before the work, not after the table is printed."""
+    if Path(output).is_dir():
+        raise OutputError(f"{option} {output} is a folder; name a file in it")
+
+
 def looks_like_results(path: Path) -> bool:
     """A cheap sniff of a file's first bytes for a bwbench results document or stream."""
     try:
@@ -150,6 +156,7 @@ def check_report_output(target: os.PathLike | str, inputs: Iterable[os.PathLike 
     """`report -o`: never one of the results files it reads, never another results file."""
     refuse_input_as_output(target, inputs, "--output")
     refuse_results_file(target, "--output")
+    refuse_folder(target, "--output")
     check_writable_folder(Path(target).parent)
 
 
@@ -163,6 +170,7 @@ def check_gate_outputs(outputs: dict[str, os.PathLike | str | None], inputs: Ite
             continue
         refuse_input_as_output(target, inputs, option)
         refuse_results_file(target, option)
+        refuse_folder(target, option)
         check_writable_folder(Path(target).parent)
 
 

@@ -154,6 +154,23 @@ def test_report_into_a_folder_is_one_line(tmp_path):
     one_error_line(text, code, "page.html")
 
 
+@pytest.mark.parametrize("command", ["compare --json", "compare --markdown", "history -o"])
+def test_an_output_that_is_a_folder_is_refused_before_the_table(tmp_path, command):
+    """compare and history printed their whole table, then failed writing into the folder: the
+    error came after the work, not as the one line bad input gets."""
+    from bwbench.store import add_document
+
+    base = save(tmp_path / "base.json", document([record()]))
+    cur = save(tmp_path / "cur.json", document([record()]))
+    add_document(base, tmp_path / "s.sqlite")
+    (tmp_path / "out").mkdir()
+    name, option = command.split()
+    inputs = [base, cur] if name == "compare" else ["softmax", "--store", tmp_path / "s.sqlite"]
+    code, text = cli(name, *inputs, option, tmp_path / "out")
+    one_error_line(text, code, "is a folder")
+    assert text.startswith("error:"), text
+
+
 @pytest.mark.parametrize("option", ["--json", "--markdown"])
 def test_compare_refuses_an_output_that_is_one_of_its_inputs(tmp_path, option):
     base = save(tmp_path / "base.json", document([record()]))
