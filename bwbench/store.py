@@ -134,10 +134,14 @@ def connect(store_path: str | Path, create: bool = True) -> sqlite3.Connection:
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        conn = sqlite3.connect(path)
+        # a command that only reads opens it read-only: an older store is read as it is, never upgraded
+        conn = sqlite3.connect(path) if create else sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         _check_tables(conn, path, create)
-        conn.executescript(SCHEMA)
-        _add_missing_columns(conn)
+        if create:
+            conn.executescript(SCHEMA)
+            _add_missing_columns(conn)
+        else:
+            _show_missing_columns(conn)
     except sqlite3.OperationalError as err:  # locked by another writer, read-only: the file may be a fine store
         raise StoreError(f"cannot use the results store {path}: {err}") from None
     except sqlite3.DatabaseError as err:
@@ -167,6 +171,17 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
         for column, kind in columns.items():
             if column not in have:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
+def _show_missing_columns(conn: sqlite3.Connection) -> None:
+    """A store older than a column, read without changing it: a temporary view (searched before
+    the store's own table) shows the column as NULL."""
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        missing = [column for column in columns if column not in have]
+        if missing:
+            added = ", ".join(f"NULL AS {column}" for column in missing)
+            conn.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {added} FROM main.{table}")
 
 
 def run_id_of(document: RunDocument) -> str:

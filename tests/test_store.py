@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,20 @@ def test_a_store_locked_by_another_writer_says_so_not_that_it_is_no_store(tmp_pa
     finally:
         holder.rollback()
         holder.close()
+
+
+def test_reading_a_store_made_before_a_column_existed_leaves_it_as_it_was(tmp_path):
+    """history and compare --against-store upgraded an older store in place (ALTER TABLE, CREATE
+    INDEX): a command that only reads changed a file it was not asked to write, and failed on a
+    read-only copy of one."""
+    db = tmp_path / "old.sqlite"
+    store.add_document(run_of(20, "aaaaaaa"), db)
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("DROP INDEX results_by_case")
+        conn.execute("ALTER TABLE runs DROP COLUMN timing")
+    before = db.read_bytes()
+    result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db)])
+    assert result.exit_code == 0, result.output
+    assert [r.timing for r in store.recent_runs(db)] == [None]
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.sqlite"]
