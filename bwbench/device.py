@@ -73,7 +73,7 @@ def require_cuda(index: int = 0):
             "need a machine with an NVIDIA GPU and a CUDA build of PyTorch; `list` and `report` work anywhere."
         )
     count = torch.cuda.device_count()
-    if index >= count:
+    if not 0 <= index < count:  # torch.device("cuda", -1) is a RuntimeError, not a GPU
         raise NoGpuError(f"GPU index {index} does not exist (this machine has {count})")
     return torch.device("cuda", index)
 

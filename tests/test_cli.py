@@ -109,6 +109,19 @@ def test_run_without_a_gpu_says_so(monkeypatch):
     assert invoke("info").exit_code == 2
 
 
+@pytest.mark.parametrize("index", ["-1", "7"])
+def test_info_on_a_gpu_that_does_not_exist_says_so(monkeypatch, index):
+    """`info --gpu -1` on a GPU machine went past the index check to torch.device("cuda", -1), a
+    RuntimeError traceback (run checks its own --gpu first; info and profile did not)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    result = invoke("info", "--gpu", index)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: GPU index {index} does not exist (this machine has 2)"), result.output
+
+
 def test_axis_arguments_in_every_spelling():
     assert parse_axis_args(["--cols", "1024,4096", "--rows=7"], ["dtype_axis=a,b"]) == {
         "dtype_axis": ["a", "b"], "cols": ["1024", "4096"], "rows": ["7"]}
