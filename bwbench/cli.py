@@ -103,8 +103,15 @@ def write_html_report(documents, target: Path, title: Optional[str] = None) -> N
     write_report(documents, target, title)
 
 
-def split_list(value: Optional[str]) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+def split_list(value: Optional[str], option: str = "") -> list[str]:
+    """Comma-separated names; an option left out is [] (all). One given but naming nothing
+    (`--impl ""`, `--impl ,`, an unset variable in a CI script) is refused: it would select all."""
+    if value is None:
+        return []
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise UsageError(f"{option or 'the option'} {value!r} names nothing: give names, or leave it out for all")
+    return names
 
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?|\.[0-9]+(?:e[0-9]+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -134,7 +141,7 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
         if "=" not in item:
             raise UsageError(f"--axis takes NAME=VALUES, e.g. --axis cols=1024,4096 (got {item!r})")
         name, values = item.split("=", 1)
-        selected[name.strip()] = split_list(values)
+        selected[name.strip()] = split_list(values, f"--axis {name.strip()}")
     i = 0
     while i < len(extra):
         token = extra[i]
@@ -149,7 +156,7 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
                                  f"e.g. {token} 1024,4096 (see --help, and `bwbench list` for the axes)")
             name, values = token[2:], extra[i + 1]
             i += 2
-        selected[name.replace("-", "_")] = split_list(values) if ";" not in values else \
+        selected[name.replace("-", "_")] = split_list(values, f"--{name}") if ";" not in values else \
             [v.strip() for v in values.split(";") if v.strip()]
     return selected
 
@@ -257,9 +264,9 @@ def run(
         plans = []
         axis_args = parse_axis_args(list(ctx.args), axis)
         for chosen in resolve(suite):
-            impls = chosen.select_impls(split_list(impl))
+            impls = chosen.select_impls(split_list(impl, "--impl"))
             axis_values = {name_: chosen.parse_axis_values(name_, values) for name_, values in axis_args.items()}
-            cases = chosen.cases(split_list(dtype), axis_values, quick=quick, preset=preset)
+            cases = chosen.cases(split_list(dtype, "--dtype"), axis_values, quick=quick, preset=preset)
             chosen.check_traffic(cases, given=axis_values, impls=impls)  # exit 2 here, not a traceback mid-sweep
             plans.append(SuitePlan(chosen, impls, cases))
         gates = _prepare_gates(baseline, max_drop, min_copy_fraction, allow_partial)
@@ -288,7 +295,7 @@ def run(
     if gpus is not None or scheduler is not None:  # many GPUs through Dask (bwbench/fleet)
         from .fleet.command import FleetOptions, FleetOutput, request_from_plans, run_fleet
 
-        request = request_from_plans(plans, split_list(impl), split_list(dtype), parse_axis_args(list(ctx.args), axis),
+        request = request_from_plans(plans, split_list(impl, "--impl"), split_list(dtype, "--dtype"), parse_axis_args(list(ctx.args), axis),
                                      quick=quick, preset=preset, timing=timing, max_time=max_time, noise=noise,
                                      min_samples=min_samples, seed=seed, copy_bytes=copy_bytes, timer=timer)
         raise typer.Exit(_guard(lambda: run_fleet(
@@ -519,7 +526,7 @@ def report_cmd(
         docs, stems = merge_same_gpu(docs, [p.stem for p in files])
         labels = run_labels([d.environment.get("gpu_name") for d in docs], stems)
         try:
-            documents = filter_documents(list(zip(labels, docs)), split_list(suite), split_list(impl), split_list(dtype))
+            documents = filter_documents(list(zip(labels, docs)), split_list(suite, "--suite"), split_list(impl, "--impl"), split_list(dtype, "--dtype"))
         except ReportFilterError as err:
             raise UsageError(str(err)) from None
         write_html_report(documents, target, title)
@@ -554,7 +561,7 @@ def profile(
         from .stats import SamplingPolicy
 
         chosen = get_suite(suite)
-        impls = chosen.select_impls(split_list(impl))
+        impls = chosen.select_impls(split_list(impl, "--impl"))
         wanted = parse_axis_args(list(ctx.args), case)
         values = {a: chosen.parse_axis_values(a, v) for a, v in wanted.items()}
         for a, v in values.items():
@@ -562,7 +569,7 @@ def profile(
                 raise UsageError(f"profile takes one value per axis (got {len(v)} for {a})")
         if chosen.points is None:
             values = {a: values.get(a, [vals[0]]) for a, vals in chosen.axes.items()}
-        cases = chosen.cases(split_list(dtype), values)
+        cases = chosen.cases(split_list(dtype, "--dtype"), values)
         if len(cases) > 4:
             raise UsageError(f"that selects {len(cases)} cases; profile one at a time (name every axis)")
         find_ncu()
@@ -655,7 +662,7 @@ def compare(
                                    ignore_timing=ignore_timing)
         if not comparisons:
             raise UsageError(f"--min-bytes {min_bytes}: no record of these runs moves that much")
-        wanted = split_list(impl)
+        wanted = split_list(impl, "--impl")
         if wanted:
             known = {c.impl for c in comparisons}
             unknown = [name for name in wanted if name not in known]
@@ -757,7 +764,7 @@ def history(
         if output is not None:  # never the store it reads, a results file or another store
             check_report_output(output, [target])
         try:
-            points = query_trend(target, suite, case, split_list(impl), split_list(dtype), gpu)
+            points = query_trend(target, suite, case, split_list(impl, "--impl"), split_list(dtype, "--dtype"), gpu)
             if not points:
                 suites = known_values(target, "suite")
                 if suite not in suites:

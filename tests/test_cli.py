@@ -180,3 +180,11 @@ def test_report_command_builds_html_from_a_results_file(tmp_path):
     not_results = tmp_path / "other.json"
     not_results.write_text(json.dumps({"hello": 1}))
     assert invoke("report", str(not_results)).exit_code == 2
+
+
+@pytest.mark.parametrize("args", [("run", "softmax", "--dry-run", "--impl", ""), ("run", "softmax", "--dry-run", "--impl", ","),
+                                  ("run", "softmax", "--dry-run", "--dtype", " ")])
+def test_an_option_given_but_naming_nothing_is_refused_not_read_as_all(args):
+    """`--impl "$IMPLS"` with the variable unset would otherwise time every implementation."""
+    result = invoke(*args)
+    assert result.exit_code == 2 and "names nothing" in result.output, result.output
