@@ -141,6 +141,8 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
         if "=" not in item:
             raise UsageError(f"--axis takes NAME=VALUES, e.g. --axis cols=1024,4096 (got {item!r})")
         name, values = item.split("=", 1)
+        if name.strip() in selected:
+            raise UsageError(f"--axis {name.strip()} is given twice: give its values once, comma-separated")
         selected[name.strip()] = split_list(values, f"--axis {name.strip()}")
     i = 0
     while i < len(extra):
@@ -156,7 +158,10 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
                                  f"e.g. {token} 1024,4096 (see --help, and `bwbench list` for the axes)")
             name, values = token[2:], extra[i + 1]
             i += 2
-        selected[name.replace("-", "_")] = split_list(values, f"--{name}") if ";" not in values else \
+        key = name.replace("-", "_")
+        if key in selected:  # `--rows 4096 --rows 8` kept the last one without a word
+            raise UsageError(f"--{name} is given twice: give its values once, comma-separated (--{name} 1024,4096)")
+        selected[key] = split_list(values, f"--{name}") if ";" not in values else \
             [v.strip() for v in values.split(";") if v.strip()]
     return selected
 

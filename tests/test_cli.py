@@ -188,3 +188,11 @@ def test_an_option_given_but_naming_nothing_is_refused_not_read_as_all(args):
     """`--impl "$IMPLS"` with the variable unset would otherwise time every implementation."""
     result = invoke(*args)
     assert result.exit_code == 2 and "names nothing" in result.output, result.output
+
+
+@pytest.mark.parametrize("args", [(["--rows", "4096", "--rows", "8"], []), (["--rows", "8"], ["rows=4096"]),
+                                  ([], ["rows=4096", "rows=8"])])
+def test_an_axis_given_twice_is_refused_not_the_last_one_kept(args):
+    extra, axis = args
+    with pytest.raises(UsageError, match="given twice"):
+        parse_axis_args(extra, axis)
