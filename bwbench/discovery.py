@@ -257,6 +257,8 @@ def from_path(text: str) -> list[Suite | BrokenSuite]:
         if path.suffix != ".py":
             raise SelectionError(f"{text}: not a suite file (a *.py that defines `suite = Suite(...)`)")
         return [load_suite_file(path)]
+    if path.exists():  # a FIFO, a socket, a device
+        raise SelectionError(f"{text}: not a suite file or folder (a *.py that defines `suite = Suite(...)`)")
     raise SelectionError(f"{text}: no such file or folder")
 
 

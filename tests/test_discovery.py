@@ -190,3 +190,12 @@ def test_import_bwbench_stays_cheap():
     code = "import sys, bwbench; bwbench.Suite; print('torch' in sys.modules, 'pandas' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_a_path_that_exists_but_is_no_file_or_folder_says_so(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(SelectionError, match="not a suite file or folder"):
+        resolve(str(fifo))
