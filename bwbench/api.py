@@ -61,7 +61,7 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
 
     values = {}
     for name, given in axes.items():
-        many = isinstance(given, (list, range)) or (hasattr(given, "__iter__") and not isinstance(given, (str, tuple)))
+        many = isinstance(given, abc.Iterable) and not isinstance(given, (str, tuple))  # a tuple is one value
         items = list(given) if many else [given]
         if not items:
             raise SelectionError(f"{name}= needs at least one value")
