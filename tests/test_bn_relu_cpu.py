@@ -631,16 +631,16 @@ def test_one_launch_wins_is_timed_once_and_never_during_capture(monkeypatch):
     timed = []
     from bwbench.cuda import autotune
 
-    monkeypatch.setattr(autotune, "cold_launch_us", lambda fn, device, launches: timed.append(fn()) or times[timed[-1]])
+    monkeypatch.setattr(autotune, "cold_launch_us", lambda fn, device: timed.append(fn()) or times[timed[-1]])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     key = _launch._group_key("forward", "half_t", False, 0, (32, 512, 7, 7))
     assert _launch._one_launch_wins(key, lambda: "one", lambda: "three", 0) is False
     assert _launch._one_launch_wins(key, lambda: "one", lambda: "three", 0) is False
-    assert timed == ["one", "three"] * autotune.TIMED_LAUNCHES
+    assert timed == ["one", "three"]
     times["three"] = 5.0
     other = _launch._group_key("backward", "half_t", False, 0, (32, 512, 7, 7))
     assert _launch._one_launch_wins(other, lambda: "one", lambda: "three", 0) is True  # a tie keeps one launch
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     fresh = _launch._group_key("forward", "float", True, 0, (8, 64, 5, 5))
     assert _launch._one_launch_wins(fresh, lambda: "one", lambda: "three", 0) is True
-    assert fresh not in _launch._GROUP_TIMED and len(timed) == 4 * autotune.TIMED_LAUNCHES
+    assert fresh not in _launch._GROUP_TIMED and len(timed) == 4

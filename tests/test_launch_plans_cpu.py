@@ -671,7 +671,7 @@ def test_the_launcher_keeps_the_fastest_candidate(monkeypatch):
     monkeypatch.setattr(launch, "run", lambda kernel, spec, args, device: ran.append(kernel))
     costs = {"warp": 5.0, "tile": 3.0}
 
-    def cold(fn, device, launches):
+    def cold(fn, device):
         fn()
         timed.append(ran[-1])
         return costs["tile" if "tile" in ran[-1] else "warp"]
@@ -683,7 +683,7 @@ def test_the_launcher_keeps_the_fastest_candidate(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     y, dy, dx = (torch.zeros(49152 * 31, dtype=torch.float16).view(49152, 31) for _ in range(3))
     got, kernel = launch._fastest(chosen, Kernel(), (), (y, dy, dx), 0, ("key",))
-    n = len(chosen.candidates) * autotune.TIMED_LAUNCHES
+    n = len(chosen.candidates)
     assert got.tier == "tile" and "tile" in kernel and len(timed) == n
     again, _ = launch._fastest(chosen, Kernel(), (), (y, dy, dx), 0, ("key",))
     assert again is got and len(timed) == n, "timed once per key"
@@ -790,23 +790,20 @@ def test_tiles_hold_short_rows_in_registers():
             assert p.launch.kernel in d.kernel_names("half_t", direction)
 
 
-def test_first_use_timing_interleaves_the_candidates_and_keeps_each_ones_best_round(monkeypatch):
-    """A B C, A B C, A B C: a drift while they are timed (a clock coming up) weighs on all alike;
-    the first of equals wins, and a lone candidate is not timed."""
+def test_first_use_timing_keeps_the_fastest_candidate_and_the_first_of_equals(monkeypatch):
+    """Each candidate timed once (cold_launch_us' own launches); a lone candidate is not timed."""
     from bwbench.cuda import autotune
 
     order = []
-    rounds = {"a": [9.0, 4.0, 4.5], "b": [5.0, 5.0, 5.0], "c": [8.0, 7.0, 4.0]}
+    times = {"a": 4.0, "b": 5.0, "c": 4.0}
 
-    def cold(fn, device, launches):
-        assert launches == 1
-        name = fn()
-        order.append(name)
-        return rounds[name][order.count(name) - 1]
+    def cold(fn, device):
+        order.append(fn())
+        return times[order[-1]]
 
     monkeypatch.setattr(autotune, "cold_launch_us", cold)
     runs = [lambda: "a", lambda: "b", lambda: "c"]
-    assert autotune.fastest(runs, 0) == 0, "a and c both reach 4.0: the first of equals"
-    assert order == ["a", "b", "c"] * autotune.TIMED_LAUNCHES
+    assert autotune.fastest(runs, 0) == 0, "a and c both take 4.0: the first of equals"
+    assert order == ["a", "b", "c"]
     order.clear()
     assert autotune.fastest(runs[:1], 0) == 0 and order == []

@@ -17,8 +17,7 @@ from bwbench.stats import SamplingPolicy
 from bwbench.timing import Timer
 
 TIMED_LAUNCHES = 3
-"""Timed launches per candidate (the fastest counts), after the Timer's untimed warm-up; in
-`fastest`, rounds of one launch each."""
+"""Timed launches per candidate (the fastest counts), after the Timer's untimed warm-up."""
 
 _TIMERS: dict[int, Timer] = {}
 
@@ -41,15 +40,10 @@ def cold_launch_us(run: Callable[[], None], device: int, launches: int = TIMED_L
     return min(m.samples_us) - (m.detail or {}).get("writeback_us", 0.0)
 
 
-def fastest(runs: Sequence[Callable[[], None]], device: int, rounds: int = TIMED_LAUNCHES) -> int:
-    """Index of the fastest of `runs` (the first of equals): each is timed cold once a round and keeps
-    its best round, the rounds interleaved (A B C, A B C, ...) rather than each candidate's launches
-    back to back, so that a clock or a neighbour's load that drifts while they are timed weighs on
-    every candidate alike instead of on whichever came first."""
+def fastest(runs: Sequence[Callable[[], None]], device: int) -> int:
+    """Index of the fastest of `runs` (the first of equals), each timed by cold_launch_us; a lone
+    candidate is not timed."""
     if len(runs) < 2:
         return 0
-    best = [float("inf")] * len(runs)
-    for _ in range(rounds):
-        for i, run in enumerate(runs):
-            best[i] = min(best[i], cold_launch_us(run, device, launches=1))
-    return best.index(min(best))
+    times = [cold_launch_us(run, device) for run in runs]
+    return times.index(min(times))
