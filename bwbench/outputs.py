@@ -133,12 +133,18 @@ def looks_like_store(path: Path) -> bool:
 
 
 def distinct_outputs(outputs: dict[str, os.PathLike | str | None]) -> None:
-    """Two options writing one file would leave only the last: refused."""
+    """Two options writing one file would leave only the last, and two writing stdout ('-') would
+    mix their formats in one stream: both refused."""
     seen: dict[str, str] = {}
     for option, target in outputs.items():
-        if target is None or str(target) == "-":
+        if target is None:
             continue
-        key = os.path.abspath(target)
+        if str(target) == "-":
+            if "-" in seen:
+                raise OutputError(f"{seen['-']} and {option} both write to stdout ('-'); send one of them to a file")
+            seen["-"] = option
+            continue
+        key = os.path.realpath(target)  # a link names the file it points at
         if key in seen:
             raise OutputError(f"{seen[key]} and {option} name the same file {target}")
         seen[key] = option

@@ -189,6 +189,23 @@ def test_compare_refuses_both_outputs_on_one_file(tmp_path):
     one_error_line(text, code, "name the same file")
 
 
+def test_compare_refuses_both_outputs_on_stdout_before_reading_the_runs(tmp_path):
+    """`--json - --markdown -` printed both formats into one stream, mixed: refused, even before
+    the runs are read (these do not exist)."""
+    code, text = cli("compare", tmp_path / "no-base.json", tmp_path / "no-cur.json", "--json", "-", "--markdown", "-")
+    one_error_line(text, code, "stdout")
+
+
+def test_compare_refuses_both_outputs_on_one_file_through_a_link(tmp_path):
+    base = save(tmp_path / "base.json", document([record()]))
+    cur = save(tmp_path / "cur.json", document([record()]))
+    (tmp_path / "v.txt").write_text("old\n")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "v.txt")
+    code, text = cli("compare", base, cur, "--json", tmp_path / "v.txt", "--markdown", tmp_path / "link.txt")
+    one_error_line(text, code, "name the same file")
+    assert (tmp_path / "v.txt").read_text() == "old\n"
+
+
 def test_compare_output_under_a_file_is_one_line_not_an_os_traceback(tmp_path):
     base = save(tmp_path / "base.json", document([record()]))
     cur = save(tmp_path / "cur.json", document([record()]))
