@@ -279,7 +279,7 @@ def run(
             check_baseline_method(gates.baseline, timing, timer)
         check_run_outputs(out, name, force, [baseline] if baseline else [])
         if store is not None and not no_store:  # found unusable only after the sweep, it would cost the history entry
-            check_store_output(store)
+            check_store_output(store, out, name)
         if gpus is not None or scheduler is not None:  # a fleet's choices, checked by --dry-run too
             from .fleet.command import FleetOptions, check_fleet_choices
             from .fleet.request import GpuSelectionError

@@ -180,9 +180,13 @@ def check_gate_outputs(outputs: dict[str, os.PathLike | str | None], inputs: Ite
         check_writable_folder(Path(target).parent)
 
 
-def check_store_output(store: os.PathLike | str) -> None:
-    """`run --store`: a results store (an SQLite file) or a new file in a folder that can be written."""
+def check_store_output(store: os.PathLike | str, folder: Path | None = None, name: str | None = None) -> None:
+    """`run --store`: a results store (an SQLite file) or a new file in a folder that can be written,
+    and none of the files the run itself writes under `--out`/`--name`."""
     path = Path(store)
+    if folder is not None and name is not None:
+        distinct_outputs({**{f"--name {name} ({s})": Path(folder) / f"{name}{s}" for s in RESULT_SUFFIXES},
+                          "--store": path})
     if path.exists() and not (path.is_file() and (looks_like_store(path) or path.stat().st_size == 0)):
         raise OutputError(f"--store {path} is not a results store; name a new file or an existing store")
     check_writable_folder(path.parent)

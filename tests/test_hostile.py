@@ -206,6 +206,16 @@ def test_compare_refuses_both_outputs_on_one_file_through_a_link(tmp_path):
     assert (tmp_path / "v.txt").read_text() == "old\n"
 
 
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".csv", ".html"])
+def test_run_refuses_a_store_that_is_one_of_its_own_files(tmp_path, suffix):
+    """`--name x --store OUT/x.html`: the store was made, then replaced by the report (or the results
+    file was opened as a store): refused before any GPU work."""
+    code, text = cli("run", "softmax", "--quick", "--dry-run", "--out", tmp_path, "--name", "x",
+                     "--store", tmp_path / f"x{suffix}")
+    one_error_line(text, code, "name the same file")
+    assert not any(tmp_path.iterdir())
+
+
 def test_compare_output_under_a_file_is_one_line_not_an_os_traceback(tmp_path):
     base = save(tmp_path / "base.json", document([record()]))
     cur = save(tmp_path / "cur.json", document([record()]))
