@@ -162,13 +162,14 @@ def axis_cells(view: CompareView, comparison, axes: Sequence[str]) -> list[str]:
 def listed(view: CompareView, show_all: bool, absent: dict[str, int]) -> list:
     """The verdicts worth a row, needing attention first; 'same' only with --all. Across GPU models
     the ratio summary answers for the speeds, so only regressions and records without a speed change
-    (failed, missing, ...) get rows unless --all."""
-    from .gate import LISTING_ORDER, has_regression
+    (failed, missing, ...) get rows unless --all. A verdict that fails the gate is always a row, even
+    in a suite summed up in one line: the exit code must point at something."""
+    from .gate import LISTING_ORDER, PARTIAL, has_regression
 
     order = {v: i for i, v in enumerate(LISTING_ORDER)}
 
     def worth_a_row(c) -> bool:
-        if show_all:
+        if show_all or has_regression([c]) or c.verdict in PARTIAL:
             return True
         if c.suite in absent or c.suite in view.only_in_current or c.verdict == "same":
             return False

@@ -298,3 +298,22 @@ def test_suites_the_current_run_left_out_are_one_line_not_a_row_each(tmp_path):
     everything = runner.invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"), "--all"],
                                terminal_width=200)
     assert "cols=32" in everything.output and "not in the current run" not in everything.output
+
+
+def test_a_failure_in_a_suite_the_baseline_lacks_is_a_row_not_hidden(tmp_path):
+    """A baseline of softmax against a run of softmax and layernorm whose layernorm fails its check:
+    the summary said `regression: 1 failed` and exit 1, but the failure's row was folded into
+    'only in the current run: layernorm' and no screen, markdown or table said which record failed."""
+    bad = timed("naive", noisy(50), case="rows=4096,cols=32", status="failed")
+    bad.suite, bad.reason = "layernorm", "wrong result: 7 elements off"
+    fine = timed("naive", noisy(50), case="rows=4096,cols=64")
+    fine.suite = "layernorm"
+    ResultsWriter(tmp_path / "base.json", doc([timed("torch", noisy(100))])).finish()
+    ResultsWriter(tmp_path / "cur.json", doc([timed("torch", noisy(100)), bad, fine])).finish()
+
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
+                                      "--markdown", str(tmp_path / "c.md")], terminal_width=200)
+    assert result.exit_code == 1, result.output
+    assert "cols=32" in result.output and "7 elements off" in result.output
+    assert "cols=32" in (tmp_path / "c.md").read_text()
+    assert "cols=64" not in result.output  # the suite's other records stay one line
