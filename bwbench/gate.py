@@ -150,9 +150,9 @@ def judge(base: Record | None, cur: Record | None, max_drop: float) -> Compariso
                           baseline_gbps=base.gbps if base is not None and valid_gbps(base.gbps) else None,
                           current_gbps=cur.gbps if cur is not None and valid_gbps(cur.gbps) else None,
                           change=None, p_value=None, test="", note=bad)
-    if not base_ok and not cur_ok:
+    if not base_ok and not cur_ok:  # a record the current run lacks is absent, whatever the baseline did
         return Comparison(**key, verdict="missing", baseline_gbps=None, current_gbps=None, change=None,
-                          p_value=None, test="", note="not measured in either run")
+                          p_value=None, test="", note=ABSENT if cur is None else "not measured in either run")
     if not cur_ok:
         return Comparison(**key, verdict="missing", baseline_gbps=base.gbps, current_gbps=None, change=None,
                           p_value=None, test="", note=(cur.reason if cur else ABSENT) or "")

@@ -317,3 +317,22 @@ def test_a_failure_in_a_suite_the_baseline_lacks_is_a_row_not_hidden(tmp_path):
     assert "cols=32" in result.output and "7 elements off" in result.output
     assert "cols=32" in (tmp_path / "c.md").read_text()
     assert "cols=64" not in result.output  # the suite's other records stay one line
+
+
+def test_a_suite_absent_from_the_current_run_is_one_line_even_with_skipped_baseline_records(tmp_path):
+    """The H200 reference against a run of relu only: bn_relu, layernorm and rmsnorm came out as
+    hundreds of `missing` rows, because each had a record the baseline skipped (cuDNN), noted 'not
+    measured in either run' instead of absent, which kept the suite from being summed up in one line."""
+    other = [timed("naive", noisy(50), case=f"rows=4096,cols={c}") for c in (32, 64)]
+    other.append(Record(suite="layernorm", case="rows=4096,cols=128", params={}, dtype="float16", impl="cudnn",
+                        kind="cudnn", status="skipped", reason="cuDNN has no such kernel"))
+    for r in other:
+        r.suite = "layernorm"
+    ResultsWriter(tmp_path / "base.json", doc([timed("torch", noisy(100))] + other)).finish()
+    ResultsWriter(tmp_path / "cur.json", doc([timed("torch", noisy(100))])).finish()
+
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json")],
+                                terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "not in the current run: layernorm (3 records)" in result.output
+    assert "cols=" not in result.output and "not measured" not in result.output
