@@ -234,8 +234,9 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
     base = {record_key(r): r for r in baseline.records}
     cur = {record_key(r): r for r in current.records}
     keys = list(dict.fromkeys([*base, *cur]))
-    if not set(base) & set(cur):
-        raise GateInputError("the two runs have no (suite, case, dtype, implementation) in common")
+    if not {k for k in set(base) & set(cur) if include_copy or k[3] != COPY_IMPL}:  # the copy alone judges nothing
+        raise GateInputError("the two runs have no (suite, case, dtype, implementation) in common: the baseline "
+                             f"has {holdings(baseline)}, the current run {holdings(current)}")
     def big_enough(key) -> bool:
         sizes = [r.bytes_total for r in (base.get(key), cur.get(key)) if r is not None and r.bytes_total]
         return not min_bytes or not sizes or max(sizes) >= min_bytes
@@ -250,6 +251,16 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
             c = replace(c, verdict="incomplete", note=f"absent: the current run {stopped}")
         verdicts.append(c)
     return verdicts
+
+
+def holdings(document: RunDocument) -> str:
+    """What a run measured, for a message: 'softmax (float16; naive, torch; 11 cases)'."""
+    records = [r for r in document.records if r.impl != COPY_IMPL]
+    if not records:
+        return "no record but the copy ceiling" if document.records else "no records"
+    suites, dtypes, impls = (list(dict.fromkeys(getattr(r, a) for r in records)) for a in ("suite", "dtype", "impl"))
+    cases = len({(r.suite, r.case) for r in records})
+    return f"{', '.join(suites)} ({', '.join(dtypes)}; {', '.join(impls)}; {cases} cases)"
 
 
 def run_state(document: RunDocument) -> str:

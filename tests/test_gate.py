@@ -336,3 +336,19 @@ def test_a_suite_absent_from_the_current_run_is_one_line_even_with_skipped_basel
     assert result.exit_code == 0, result.output
     assert "not in the current run: layernorm (3 records)" in result.output
     assert "cols=" not in result.output and "not measured" not in result.output
+
+
+def test_runs_that_share_only_the_copy_ceiling_are_refused_and_say_what_each_holds(tmp_path):
+    """A baseline of naive against a run of torch (each with its copy ceiling): the gate said
+    'no regression: 11 missing, 11 new' and exit 0, having compared nothing; and the refusal named
+    neither run's implementations or dtypes."""
+    base, cur = softmax_run(1), softmax_run(2)
+    base.records = [r for r in base.records if r.impl in ("copy", "naive")]
+    cur.records = [r for r in cur.records if r.impl in ("copy", "torch")]
+    ResultsWriter(tmp_path / "base.json", base).finish()
+    ResultsWriter(tmp_path / "cur.json", cur).finish()
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json")],
+                                terminal_width=300)
+    assert result.exit_code == 2, result.output
+    assert "in common" in result.output and "naive" in result.output and "torch" in result.output
+    assert "float16" in result.output
