@@ -674,6 +674,13 @@ def compare(
             if unknown:
                 raise UsageError(f"--impl {', '.join(unknown)}: not in these runs; they have {', '.join(sorted(known))}")
             comparisons = [c for c in comparisons if c.impl in wanted]
+            measured = [{(r.suite, r.case, r.dtype, r.impl) for r in d.records} for d in docs]
+            if not any((c.suite, c.case, c.dtype, c.impl) in measured[0] & measured[1] for c in comparisons):
+                lacking = [name for name, d in (("the baseline", docs[0]), ("the current run", docs[1]))
+                           if not any(r.impl in wanted for r in d.records)]
+                why = f"{lacking[0]} has no record of it" if lacking else "the runs measured it on no common case"
+                raise UsageError(f"--impl {', '.join(wanted)}: {why}, so nothing would be judged; "
+                                 "choose implementations both runs measured")
         regression = has_regression(comparisons)
         view = build_view(docs[0], docs[1], comparisons, threshold, regression)
         to_stdout = "-" in (str(markdown_out), str(json_out))

@@ -352,3 +352,19 @@ def test_runs_that_share_only_the_copy_ceiling_are_refused_and_say_what_each_hol
     assert result.exit_code == 2, result.output
     assert "in common" in result.output and "naive" in result.output and "torch" in result.output
     assert "float16" in result.output
+
+
+def test_impl_that_the_baseline_lacks_is_refused_not_passed(tmp_path):
+    """`--impl optimized` against a baseline made without it: every record was 'new' and the gate
+    passed (exit 0) with nothing judged."""
+    base, cur = softmax_run(1), softmax_run(2)
+    base.records = [r for r in base.records if r.impl != "torch"]
+    ResultsWriter(tmp_path / "base.json", base).finish()
+    ResultsWriter(tmp_path / "cur.json", cur).finish()
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
+                                      "--impl", "torch"], terminal_width=300)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error:") and "torch" in result.output
+    both = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
+                                    "--impl", "torch,naive"], terminal_width=300)
+    assert both.exit_code == 0, both.output  # one of them judged in both runs: a real comparison
