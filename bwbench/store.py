@@ -361,6 +361,9 @@ def baseline_from_store(store_path: str | Path, gpu_name: str, last: int, exclud
     """A baseline document made of the last `last` runs of one GPU model (timed by `method`, when
     given): per (suite, case, dtype, implementation), the median over those runs of the median time
     (and of p10 and p90), so one odd run does not decide the gate."""
+    if not gpu_name or not isinstance(gpu_name, str):  # recent_runs(None) is every GPU model's runs
+        raise StoreError(f"the run names no GPU (environment.gpu_name is {gpu_name!r}): the store's runs "
+                         "cannot be matched to its GPU model")
     earlier = [r for r in recent_runs(store_path, gpu_name, None) if r.run_id != exclude_run]
     if not earlier:
         raise StoreError(f"the store has no earlier run on {gpu_name!r}")

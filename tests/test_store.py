@@ -290,3 +290,19 @@ def test_reading_a_store_made_before_a_column_existed_leaves_it_as_it_was(tmp_pa
     assert [r.timing for r in store.recent_runs(db)] == [None]
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.sqlite"]
+
+
+def test_against_store_refuses_a_run_that_names_no_gpu(tmp_path):
+    """A run without environment.gpu_name (a hand-edited or trimmed file) was gated against the
+    median of every stored run, H100 and H200 mixed, 'on None': a baseline of no one GPU."""
+    db = tmp_path / "h.sqlite"
+    store.add_document(run_of(20, "aaaaaaa", 1.0), db)
+    store.add_document(run_of(21, "bbbbbbb", 1.4, gpu="NVIDIA H200", peak=4800.0), db)
+    current = run_of(22, "ccccccc", 1.0)
+    del current.environment["gpu_name"]
+    result = CliRunner().invoke(app, ["compare", "--against-store", str(write(tmp_path, "nogpu", current)),
+                                      "--store", str(db)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error:") and "gpu_name" in result.output
+    with pytest.raises(store.StoreError):
+        store.baseline_from_store(db, None, last=5)
