@@ -159,7 +159,10 @@ def check_run_outputs(folder: Path, name: str | None, force: bool, inputs: Itera
 
 
 def check_report_output(target: os.PathLike | str, inputs: Iterable[os.PathLike | str]) -> None:
-    """`report -o`: never one of the results files it reads, never another results file."""
+    """`report -o`: never one of the results files it reads, never another results file; not '-',
+    which other commands read as stdout (a page of megabytes is no terminal output)."""
+    if str(target) == "-":
+        raise OutputError("--output - : the HTML page is written to a file, not stdout; name one (e.g. report.html)")
     refuse_input_as_output(target, inputs, "--output")
     refuse_results_file(target, "--output")
     refuse_folder(target, "--output")

@@ -216,6 +216,18 @@ def test_run_refuses_a_store_that_is_one_of_its_own_files(tmp_path, suffix):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("command", ["report", "history"])
+def test_html_output_dash_is_refused_not_a_file_named_dash(tmp_path, monkeypatch, command):
+    """`compare --json -` means stdout; `report -o -` and `history -o -` wrote a 2 MB file named '-'
+    into the current folder instead."""
+    monkeypatch.chdir(tmp_path)
+    base = save(tmp_path / "base.json", document([record()]))
+    args = ("report", base) if command == "report" else ("history", "softmax", "--store", tmp_path / "none.sqlite")
+    code, text = cli(*args, "-o", "-")
+    one_error_line(text, code, "stdout")
+    assert not (tmp_path / "-").exists()
+
+
 def test_compare_output_under_a_file_is_one_line_not_an_os_traceback(tmp_path):
     base = save(tmp_path / "base.json", document([record()]))
     cur = save(tmp_path / "cur.json", document([record()]))
