@@ -651,6 +651,13 @@ def compare(
         check_threshold(threshold)
         smallest = parse_size(min_bytes)
         check_gate_outputs({"--markdown": markdown_out, "--json": json_out}, [p for p in (baseline, current) if p])
+        to_stdout = "-" in (str(markdown_out), str(json_out))
+        screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+        if to_stdout:  # a warning met while reading (a cut-short stream) must not land in the JSON or markdown
+            import warnings
+
+            warnings.showwarning = lambda message, *_a, **_k: screen.print(
+                f"[yellow]warning:[/] {plain(message)}", soft_wrap=True)
         if against_store:
             if current is not None:
                 raise UsageError("--against-store takes one results file (the run to judge)")
@@ -683,8 +690,6 @@ def compare(
                                  "choose implementations both runs measured")
         regression = has_regression(comparisons)
         view = build_view(docs[0], docs[1], comparisons, threshold, regression)
-        to_stdout = "-" in (str(markdown_out), str(json_out))
-        screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
         if note:
             screen.print(note, markup=False, soft_wrap=True)
         screen.print(comparison_output(view, show_all))

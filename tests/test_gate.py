@@ -368,3 +368,21 @@ def test_impl_that_the_baseline_lacks_is_refused_not_passed(tmp_path):
     both = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
                                     "--impl", "torch,naive"], terminal_width=300)
     assert both.exit_code == 0, both.output  # one of them judged in both runs: a real comparison
+
+
+def test_a_reading_warning_stays_off_stdout_when_stdout_carries_json(tmp_path):
+    """Comparing against the stream of a killed run with `--json -`: the warning about its cut-short
+    last line was printed first on stdout, so the JSON no longer parsed."""
+    ResultsWriter(tmp_path / "base.json", softmax_run(1)).finish()
+    cur = softmax_run(2)
+    records, cur.records = cur.records, []
+    writer = ResultsWriter(tmp_path / "cur.json", cur)
+    for r in records[:20]:
+        writer.add(r)
+    stream = tmp_path / "cur.jsonl"
+    stream.write_bytes(stream.read_bytes()[:-50])  # killed mid-line
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "base.json"), str(stream), "--json", "-",
+                                      "--allow-partial"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+    assert "cut short" in result.stderr
