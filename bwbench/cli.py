@@ -689,7 +689,9 @@ def compare(
                 raise UsageError(f"--impl {', '.join(wanted)}: {why}, so nothing would be judged; "
                                  "choose implementations both runs measured")
         regression = has_regression(comparisons)
-        view = build_view(docs[0], docs[1], comparisons, threshold, regression)
+        sources = ((f"the store's last {last} runs" if against_store else str(baseline)),
+                   str(baseline if against_store else current))
+        view = build_view(docs[0], docs[1], comparisons, threshold, regression, sources)
         if note:
             screen.print(note, markup=False, soft_wrap=True)
         screen.print(comparison_output(view, show_all))

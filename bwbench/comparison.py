@@ -34,10 +34,45 @@ class CompareView:
     regression: bool = False
     only_in_current: dict[str, int] = field(default_factory=dict)
     """Suites the baseline run did not include, with their record counts: one line, not a row each."""
+    runs: tuple["RunIdentity", ...] = ()
+    """The baseline and the current run, named: what was compared with what."""
 
     @property
     def different_gpus(self) -> bool:
         return bool(self.ratios) or self.copy_ratio is not None
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which run stands on one side of a comparison: where it came from, its GPU, when, which commit."""
+
+    role: str
+    source: str
+    gpu: str | None
+    created: str | None
+    commit: str | None
+
+    @classmethod
+    def of(cls, role: str, source: str, document: RunDocument) -> "RunIdentity":
+        env = document.environment
+
+        def text(key: str) -> str | None:
+            value = env.get(key)
+            return str(value) if value not in (None, "") else None
+
+        return cls(role, source, text("gpu_name"), text("created"), text("git_commit"))
+
+    def line(self) -> str:
+        """'baseline: a.json (NVIDIA H100 80GB HBM3, 2026-11-28T08:40:12, commit 99b2252)'."""
+        facts = [self.gpu or "GPU not named"]
+        if self.created:
+            facts.append(self.created)
+        if self.commit:
+            facts.append(f"commit {self.commit[:12]}")
+        return f"{self.role}: {self.source} ({', '.join(facts)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "gpu": self.gpu, "created": self.created, "commit": self.commit}
 
 
 def record_keys_skipped_in_both(baseline: RunDocument, current: RunDocument) -> set[tuple[str, str, str, str]]:
@@ -48,9 +83,9 @@ def record_keys_skipped_in_both(baseline: RunDocument, current: RunDocument) -> 
 
 
 def build_view(baseline: RunDocument, current: RunDocument, comparisons: Sequence, max_drop: float,
-               regression: bool) -> CompareView:
-    """Leave out the records skipped in both runs (counted), and add the ratio summary when the runs
-    come from different GPU models."""
+               regression: bool, sources: tuple[str, str] = ("baseline", "current")) -> CompareView:
+    """Leave out the records skipped in both runs (counted), name the two runs (`sources`: where each
+    came from), and add the ratio summary when the runs come from different GPU models."""
     skipped = record_keys_skipped_in_both(baseline, current)
     kept = [c for c in comparisons if (c.suite, c.case, c.dtype, c.impl) not in skipped]
     params = {}
@@ -58,7 +93,8 @@ def build_view(baseline: RunDocument, current: RunDocument, comparisons: Sequenc
         for r in doc.records:
             params[(r.suite, r.case, r.dtype, r.impl)] = r.params or {}
     a, b = baseline.environment.get("gpu_name"), current.environment.get("gpu_name")
-    view = CompareView(kept, max_drop, len(comparisons) - len(kept), params, regression=regression)
+    view = CompareView(kept, max_drop, len(comparisons) - len(kept), params, regression=regression,
+                       runs=(RunIdentity.of("baseline", sources[0], baseline), RunIdentity.of("current", sources[1], current)))
     baseline_suites = {r.suite for r in baseline.records}
     for c in kept:
         if c.suite not in baseline_suites:
@@ -203,6 +239,7 @@ def to_json(view: CompareView) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "max_drop": view.max_drop, "regression": view.regression, "summary": summary_line(view),
         "counts": verdict_counts(view.comparisons), "skipped_in_both": view.skipped_in_both,
+        **{run.role: run.to_dict() for run in view.runs},
     }
     if view.different_gpus:
         payload["ratios"] = {"baseline": view.baseline_label, "current": view.current_label,
@@ -226,6 +263,8 @@ def markdown(view: CompareView, show_all: bool = False) -> str:
 
     mark = "❌" if view.regression else "✅"
     lines = [f"**bwbench compare**: {mark} {_md(summary_line(view))}", ""]
+    if view.runs:
+        lines += ["<br>".join(_md(run.line()) for run in view.runs), ""]
     if view.different_gpus:
         impls, rows = ratio_matrix(view)
         lines += [f"**{_md(ratio_headline(view))}** (geometric mean of GB/s ratios per suite)", "",

@@ -169,6 +169,7 @@ def comparison_output(view, show_all: bool = False):
 
     style = "bold red" if view.regression else "green"
     parts: list = [Text(summary_line(view), style=style)]
+    parts += [Text(run.line(), style="dim") for run in view.runs]
     if view.different_gpus:
         impls, rows = ratio_matrix(view)
         ratios = Table(title=Text(ratio_headline(view) + " · geometric mean of GB/s ratios per suite"),

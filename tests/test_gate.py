@@ -386,3 +386,24 @@ def test_a_reading_warning_stays_off_stdout_when_stdout_carries_json(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["passed"] is True
     assert "cut short" in result.stderr
+
+
+def test_compare_names_the_two_runs_it_compared(tmp_path):
+    """Two runs of one GPU model used to be compared without saying which files, GPUs or commits
+    stood on each side: every output now names them."""
+    base, cur = softmax_run(1), softmax_run(2)
+    base.environment = {**base.environment, "gpu_name": "GPU A", "created": "2026-01-01T00:00:00", "git_commit": "a" * 40}
+    cur.environment = {**cur.environment, "gpu_name": "GPU A", "created": "2026-01-02T00:00:00"}
+    cur.environment.pop("git_commit", None)
+    ResultsWriter(tmp_path / "base.json", base).finish()
+    ResultsWriter(tmp_path / "cur.json", cur).finish()
+    args = ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json")]
+    shown = CliRunner().invoke(app, [*args, "--markdown", str(tmp_path / "c.md")], terminal_width=300)
+    assert shown.exit_code == 0, shown.output
+    assert f"baseline: {tmp_path / 'base.json'} (GPU A, 2026-01-01T00:00:00, commit aaaaaaaaaaaa)" in shown.output
+    assert f"current: {tmp_path / 'cur.json'} (GPU A, 2026-01-02T00:00:00)" in shown.output
+    assert "commit aaaaaaaaaaaa" in (tmp_path / "c.md").read_text()
+    payload = json.loads(CliRunner().invoke(app, [*args, "--json", "-"]).stdout)
+    assert payload["baseline"] == {"source": str(tmp_path / "base.json"), "gpu": "GPU A",
+                                   "created": "2026-01-01T00:00:00", "commit": "a" * 40}
+    assert payload["current"]["commit"] is None and payload["current"]["created"] == "2026-01-02T00:00:00"
