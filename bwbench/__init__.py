@@ -12,8 +12,9 @@ The public API (imported on first use, so `import bwbench` stays cheap and does 
 What they raise, all before any GPU work unless noted: `SelectionError` (a suite, implementation,
 dtype, preset or axis value the suite does not have), its subclass `BrokenSuiteError` (a suite file
 that cannot be imported: the message names its file and line), `SuiteDefinitionError` (a suite
-declared wrong, such as a traffic function that raises or returns no Traffic), and `NoGpuError`
-(`run` and `bench` without a CUDA GPU).
+declared wrong, such as a traffic function that raises or returns no Traffic), `OutputError`
+(`run`'s output is no NAME.json, or exists and `force` is not given), and `NoGpuError` (`run`
+and `bench` without a CUDA GPU).
 """
 
 __version__ = "0.1.0"
@@ -23,7 +24,7 @@ _EXPORTS = {
     "compile_per_case": "suite", "Case": "suite", "kind_order": "suite",
     "bench": "api", "plan": "api", "run": "api", "load": "api", "BenchResult": "session", "Session": "session",
     "SelectionError": "suite", "SuiteDefinitionError": "suite", "BrokenSuiteError": "discovery",
-    "NoGpuError": "device",
+    "NoGpuError": "device", "OutputError": "outputs",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections import abc
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .session import BenchResult, Session, SessionSettings, SuitePlan
@@ -107,20 +106,25 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
 
 
 def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iterable[str] | str | None = None,
-        quick: bool = False, preset: str | Iterable[str] | None = None, output: str | os.PathLike | None = None, gpu: int = 0, timing: str = "cold", timer: str = "auto",
+        quick: bool = False, preset: str | Iterable[str] | None = None, output: str | os.PathLike | None = None,
+        force: bool = False, gpu: int = 0, timing: str = "cold", timer: str = "auto",
         seed: int = 0, max_time: float = 1.0, noise: float = 0.002, min_samples: int = 20, **axes: Any):
     """Check and time a suite as `bwbench run` does; returns the records as a pandas DataFrame.
 
     `suite_or_path` is a Suite, a suite name, a suite file or folder, or a comma-separated mix.
     Axis values go as keywords (`cols=[1024, 4096]`, `rows=4096`). With `output` (a .json path)
-    the results file is written as the run goes, readable by `bwbench report` and `compare`.
+    the results file is written as the run goes, readable by `bwbench report` and `compare`; an
+    existing one is an OutputError unless `force`.
     """
+    from .outputs import check_results_output
     from .results import to_frame
 
     plans = plan(suite_or_path, impls, dtypes, quick, preset, **axes)
+    if output is not None:
+        output = check_results_output(output, force)
     settings = SessionSettings(timing=timing, seed=seed, policy=_policy(max_time, noise, min_samples), timer=timer)
     session = Session.open(gpu, settings)
-    document = session.run(plans, output=Path(output) if output is not None else None,
+    document = session.run(plans, output=output, replace=force,
                            options={"api": True, "suite": str(suite_or_path), "quick": quick, "timing": timing,
                                     "seed": seed})
     return to_frame(document, source=str(output) if output is not None else None)

@@ -158,6 +158,21 @@ def check_run_outputs(folder: Path, name: str | None, force: bool, inputs: Itera
         results_stem(Path(folder), name, "", force, inputs)
 
 
+def check_results_output(path: os.PathLike | str, force: bool) -> Path:
+    """`bwbench.run(output=...)`, checked before any GPU work: a NAME.json (or its stream, NAME.jsonl)
+    in a folder that can be written; NAME.json and NAME.jsonl may exist only with `force`."""
+    target = Path(path)
+    if target.is_dir():
+        raise OutputError(f"output {target} is a folder; name a .json file in it")
+    if target.suffix not in (".json", ".jsonl"):
+        raise OutputError(f"output {target}: a results file is written as NAME.json; name one")
+    for existing in (target.with_suffix(".json"), target.with_suffix(".jsonl")):
+        if os.path.lexists(existing) and not force:
+            raise OutputError(f"output {existing} exists; choose another file or pass force=True to replace it")
+    check_writable_folder(target.parent)
+    return target
+
+
 def check_report_output(target: os.PathLike | str, inputs: Iterable[os.PathLike | str]) -> None:
     """`report -o`: never one of the results files it reads, never another results file; not '-',
     which other commands read as stdout (a page of megabytes is no terminal output)."""

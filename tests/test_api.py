@@ -131,3 +131,38 @@ def test_names_as_a_string_a_list_or_a_tuple_select_alike():
     by_list = bwbench.plan("softmax", impls=("torch", "naive"), dtypes=["float16"], preset=["models"])
     assert [i.name for i in by_text[0].impls] == [i.name for i in by_list[0].impls] == ["torch", "naive"]
     assert by_text[0].cases == by_list[0].cases
+
+
+def _doubling_suite():
+    suite = bwbench.Suite("doubling", "y = 2x", axes={"n": [16]}, dtypes=["float32"])
+    suite.inputs(lambda case, gen: {"x": torch.randn(case.n, generator=gen)})
+    suite.reference(lambda x: 2 * x.double())
+    suite.traffic(lambda case: bwbench.Traffic(4 * case.n, 4 * case.n))
+    suite.impl("mine", kind="cuda")(lambda case: (lambda x: 2 * x))
+    return suite
+
+
+def test_run_never_replaces_a_file_unless_forced_and_checks_its_output_before_any_gpu_work(tmp_path, monkeypatch):
+    """run(output=...) replaced an earlier results file, or any file at all (a suite file, notes.txt)
+    with JSON, and a folder failed only after the session had measured the copy ceiling."""
+    opened = []
+    monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: opened.append(1)
+                                                     or cpu_session()))
+    suite = _doubling_suite()
+    first = tmp_path / "r.json"
+    bwbench.run(suite, output=first)
+    kept = first.read_text()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    opened.clear()
+    for output, message in ((first, "exists"), (tmp_path / "r.jsonl", "exists"), (notes, r"\.json"),
+                            (tmp_path, r"\.json"), (tmp_path / "sub.json", "folder")):
+        if output.name == "sub.json":
+            output.mkdir()
+        with pytest.raises(bwbench.OutputError, match=message):
+            bwbench.run(suite, output=output)
+    assert not opened and first.read_text() == kept and notes.read_text() == "mine"
+    assert not (tmp_path / "notes.txt.jsonl").exists()
+    frame = bwbench.run(suite, output=first, force=True)
+    assert read_document(first).complete and len(frame) == 2
+
