@@ -6,6 +6,7 @@ gets the same checks and the same numbers.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections import abc
 from typing import Any, Callable, Iterable
@@ -17,10 +18,24 @@ _SESSIONS: dict[tuple, Session] = {}
 """Sessions `bench` reuses per (device, sampling policy): the timer's flush buffer is made once."""
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _policy(max_time: float, noise: float, min_samples: int) -> SamplingPolicy:
-    if max_time <= 0 or noise <= 0 or min_samples < 1:
-        raise ValueError("max_time and noise must be positive and min_samples at least 1")
-    return SamplingPolicy(min_samples=min_samples, max_median_error=noise, max_seconds=max_time)
+    """The sampling arguments checked by value and type: max_time='1' was a TypeError from deep
+    inside, and NaN passed every comparison."""
+    for name, value in (("max_time", max_time), ("noise", noise)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+            raise ValueError(f"{name} must be a positive number, not {value!r}")
+    if not _whole(min_samples) or min_samples < 1:
+        raise ValueError(f"min_samples must be a whole number, at least 1, not {min_samples!r}")
+    return SamplingPolicy(min_samples=int(min_samples), max_median_error=float(noise), max_seconds=float(max_time))
+
+
+def _check_gpu(gpu: Any) -> None:
+    if gpu is not None and (not _whole(gpu) or gpu < 0):
+        raise ValueError(f"gpu must be a GPU index (0, 1, ...), not {gpu!r}")
 
 
 def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | None = None,
@@ -44,6 +59,7 @@ def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | N
 
     check_bench_arguments(fn, bytes, mode)  # before any GPU work, as the command line checks its own
     check_timer_kind(timer)
+    _check_gpu(gpu)
     policy = _policy(max_time, noise, min_samples)
     index = torch.cuda.current_device() if gpu is None and torch.cuda.is_available() else (gpu or 0)
     key = (index, policy, timer)
@@ -118,11 +134,18 @@ def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iter
     """
     from .outputs import check_results_output
     from .results import to_frame
+    from .timing import TIMING_MODES, check_timer_kind
 
     plans = plan(suite_or_path, impls, dtypes, quick, preset, **axes)
+    if timing not in TIMING_MODES:  # each checked before the session measures the copy ceiling
+        raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
+    check_timer_kind(timer)
+    _check_gpu(gpu)
+    if not _whole(seed):
+        raise ValueError(f"seed must be a whole number, not {seed!r}")
     if output is not None:
         output = check_results_output(output, force)
-    settings = SessionSettings(timing=timing, seed=seed, policy=_policy(max_time, noise, min_samples), timer=timer)
+    settings = SessionSettings(timing=timing, seed=int(seed), policy=_policy(max_time, noise, min_samples), timer=timer)
     session = Session.open(gpu, settings)
     document = session.run(plans, output=output, replace=force,
                            options={"api": True, "suite": str(suite_or_path), "quick": quick, "timing": timing,

@@ -36,7 +36,9 @@ def test_bench_reports_median_bandwidth_and_percent_of_a_copy_timed_the_same_way
     ({"bytes": "8000"}, ValueError, "bytes must be a positive whole number"),
     ({"bytes": 8000, "mode": "warm"}, ValueError, "mode must be one of cold, hot"),
     ({"bytes": 8000, "timer": "stopwatch"}, Exception, "--timer must be one of"),
-    ({"bytes": 8000, "max_time": 0}, ValueError, "max_time and noise must be positive"),
+    ({"bytes": 8000, "max_time": 0}, ValueError, "max_time must be a positive number"),
+    ({"bytes": 8000, "noise": "0.1"}, ValueError, "noise must be a positive number"),
+    ({"bytes": 8000, "gpu": "1"}, ValueError, "gpu must be a GPU index"),
 ])
 def test_bench_rejects_bad_arguments_before_any_gpu_work(monkeypatch, kwargs, error, message):
     def no_gpu_work(*args, **kw):
@@ -166,3 +168,24 @@ def test_run_never_replaces_a_file_unless_forced_and_checks_its_output_before_an
     frame = bwbench.run(suite, output=first, force=True)
     assert read_document(first).complete and len(frame) == 2
 
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"timing": "warm"}, "timing must be one of cold, hot"),
+    ({"timer": "stopwatch"}, "--timer must be one of"),
+    ({"gpu": "0"}, "gpu must be a GPU index"),
+    ({"seed": "x"}, "seed must be a whole number"),
+    ({"max_time": "1"}, "max_time must be a positive number"),
+    ({"noise": float("nan")}, "noise must be a positive number"),
+    ({"min_samples": 2.5}, "min_samples must be a whole number"),
+])
+def test_run_refuses_bad_arguments_before_any_gpu_work(monkeypatch, kwargs, message):
+    """run(timing='warm') measured the copy ceiling and then failed every implementation (and
+    without a GPU said only that there was none); max_time='1' was a TypeError from a comparison."""
+    def no_gpu_work(*args, **kw):
+        raise AssertionError("a session was opened for arguments that were never valid")
+
+    monkeypatch.setattr(Session, "open", classmethod(no_gpu_work))
+    with pytest.raises(Exception, match=message) as err:
+        bwbench.run(_doubling_suite(), **kwargs)
+    assert not isinstance(err.value, (TypeError, AssertionError))
