@@ -282,7 +282,7 @@ def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
         elif isinstance(part, os.PathLike) or names_a_path(part, known):
             chosen += _names_not_taken(from_path(str(part)), known)
         elif part == "all":
-            chosen += [e for e in known().values() if isinstance(e, Suite)]
+            chosen += list(known().values())  # a broken one is an error below, never silently left out
         elif part in known():
             chosen.append(known()[part])
         else:

@@ -199,3 +199,15 @@ def test_a_path_that_exists_but_is_no_file_or_folder_says_so(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(SelectionError, match="not a suite file or folder"):
         resolve(str(fifo))
+
+
+def test_all_with_a_broken_suite_on_the_path_is_an_error_not_a_run_without_it(tmp_path, monkeypatch):
+    """`bwbench run all` left a user's suite that fails to import out without a word and exited 0,
+    so a typo in a suite on $BWBENCH_SUITES_PATH meant it was silently never measured."""
+    write(tmp_path / "mine", "good.py", suite_source("good"))
+    write(tmp_path / "mine", "broken.py", BROKEN)
+    monkeypatch.setenv(PATH_VARIABLE, str(tmp_path / "mine"))
+    with pytest.raises(SelectionError, match=r"broken\.py:5: ZeroDivisionError"):
+        resolve("all")
+    result = CliRunner().invoke(app, ["run", "all", "--dry-run"])
+    assert result.exit_code == 2 and "broken.py:5" in result.output.replace("\n", ""), result.output
