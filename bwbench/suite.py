@@ -322,6 +322,8 @@ class Suite:
                                            f"suite's axes ({', '.join(self.axes)})")
             if self.points is not None:
                 raise SuiteDefinitionError(f"suite {self.name!r}: presets need a cartesian sweep, not points")
+        if isinstance(self.dtypes, str) or not self.dtypes:
+            raise SuiteDefinitionError(f"suite {self.name!r}: dtypes must be a list of dtype names, not {self.dtypes!r}")
         for dtype in self.dtypes:
             if dtype not in DTYPE_ITEMSIZE:
                 raise SuiteDefinitionError(f"suite {self.name!r}: unknown dtype {dtype!r}")
@@ -330,8 +332,6 @@ class Suite:
             if not parts or not all(isinstance(t, Tolerance) for t in parts):
                 raise SuiteDefinitionError(f"suite {self.name!r}: the tolerance of {dtype!r} is {tolerance!r}, "
                                            "not a Tolerance(rtol=..., atol=...) or a tuple of them, one per output")
-        if isinstance(self.dtypes, str) or not self.dtypes:
-            raise SuiteDefinitionError(f"suite {self.name!r}: dtypes must be a list of dtype names, not {self.dtypes!r}")
         if self.default_dtypes is None:
             self.default_dtypes = list(self.dtypes[:1])
         if isinstance(self.default_dtypes, str) or not self.default_dtypes or \

@@ -393,6 +393,7 @@ def bwbench_tolerance(**kw):
     ({"quick": {"n": []}}, "quick axis 'n' must be a non-empty list"),
     ({"presets": {"big": [{"n": 8192}]}}, "preset 'big' axis 'n' must be a non-empty list"),
     ({"dtypes": []}, "dtypes must be a list of dtype names"),
+    ({"dtypes": "float16"}, "dtypes must be a list of dtype names, not 'float16'"),
     ({"dtypes": ["float16", "float32"], "default_dtypes": "float32"}, "default_dtypes must be a list of its dtypes"),
     ({"default_dtypes": ["float32"]}, "default_dtypes must be a list of its dtypes"),
     ({"x_axis": "cols"}, "x_axis 'cols' is not an axis"),
