@@ -240,7 +240,7 @@ def run(
     no_store: bool = typer.Option(False, "--no-store", help="Do not add the run to the results store."),
     force: bool = typer.Option(False, "--force", help="Replace the files of an existing --name (never the --baseline file)."),
     allow_partial: bool = typer.Option(False, "--allow-partial", help="Gate: let invalid numbers and an interrupted baseline pass (reported, exit 0)."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="Fleet run: `all` or 0,1,... GPUs of this host, one Dask worker each, merged into one results file with a health check (needs bwbench[fleet])."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Fleet run: `all` or 0,1,... GPUs of this host, one Dask worker each, merged into one results file with a health check (needs bwbench\\[fleet])."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Fleet run on every GPU worker (--resources GPU=1) of the Dask scheduler at this address, e.g. tcp://HOST:8786."),
     fail_on_outlier: bool = typer.Option(False, "--fail-on-outlier", help="Fleet run: exit 1 when a GPU is more than --outlier-threshold below the fleet median."),
     outlier_threshold: str = typer.Option("5%", "--outlier-threshold", help="Fleet run: how far below the fleet median (copy bandwidth, optimized % of copy) flags a GPU."),

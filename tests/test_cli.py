@@ -25,6 +25,12 @@ def test_help_explains_every_command():
         assert option in run_help
 
 
+def test_run_help_names_the_fleet_extra_to_install():
+    """--gpus said "(needs bwbench)": the help is rich markup, which took "[fleet]" for a style tag."""
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "400"})
+    assert "needs bwbench[fleet]" in result.output, result.output
+
+
 @pytest.mark.parametrize("args, words", [
     (("rn",), "No such command 'rn'"),
     (("run", "softmax", "--max-time", "x"), "--max-time"),
