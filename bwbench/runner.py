@@ -80,6 +80,24 @@ def _check_inputs(suite: Suite, inputs: Any, device, before: list) -> None:
                           "to every random call so that each case's inputs are the same wherever they are made")
 
 
+def _check_reference(suite: Suite, case: Case, reference: Any) -> None:
+    """The reference is tensors, one tolerance per output: anything else is the suite's fault, and
+    found later it would fail every implementation as if its result were wrong."""
+    import torch
+
+    from .check import as_tuple
+
+    outputs = as_tuple(reference)
+    for output in outputs:
+        if not isinstance(output, torch.Tensor):
+            raise ValueError(f"suite {suite.name!r}: reference returned {type(output).__name__}, not a tensor "
+                             "or a tuple of tensors")
+    tolerance = suite.tolerance(case.dtype)  # a suite's own output check reads no tolerances
+    if suite.output_check is None and isinstance(tolerance, tuple) and len(tolerance) != len(outputs):
+        raise ValueError(f"suite {suite.name!r}: {len(tolerance)} tolerances for its {len(outputs)} reference "
+                         f"outputs of {case.dtype}")
+
+
 def _host_scalar(tensor) -> bool:
     """A 0-dim CPU tensor, which torch passes to a GPU op as a scalar (dropout's p)."""
     return tensor.dim() == 0 and tensor.device.type == "cpu"
@@ -149,6 +167,7 @@ class Runner:
             self.on_step(f"{case} inputs")
             inputs = make_case_inputs(suite, case, self.device, self._input_seed)
             reference = suite.compute_reference(**inputs)
+            _check_reference(suite, case, reference)
         except Exception as err:  # noqa: BLE001
             self._release()
             status, reason = ("skipped", f"out of memory making inputs and reference: {_short_error(err)}") \

@@ -10,6 +10,12 @@ from bwbench import Suite, Traffic  # noqa: E402
 from bwbench.runner import InputsError, make_case_inputs  # noqa: E402
 
 
+def bwbench_tolerance():
+    from bwbench import Tolerance
+
+    return Tolerance(rtol=1e-5, atol=1e-8)
+
+
 def suite_making(make) -> Suite:
     suite = Suite("scale", "y = 2 x", axes={"n": [64]}, dtypes=["float32"])
     suite.inputs(lambda case, gen: make(case, gen))
@@ -56,3 +62,27 @@ def test_a_host_scalar_tensor_may_sit_beside_device_inputs():
     _check_inputs(suite, {"x": torch.empty(4, device=meta), "p": torch.tensor(0.5)}, meta, [])
     with pytest.raises(InputsError, match="input 'p' is on cpu"):
         _check_inputs(suite, {"x": torch.empty(4, device=meta), "p": torch.tensor([0.5])}, meta, [])
+
+
+@pytest.mark.parametrize("reference, tolerance, says", [
+    (lambda x: None, None, "reference returned NoneType, not a tensor"),
+    (lambda x: (2 * x.double()).numpy(), None, "reference returned ndarray, not a tensor"),
+    (lambda x: 2 * x.double(), (bwbench_tolerance(),) * 2, "2 tolerances for its 1 reference output"),
+])
+def test_a_reference_that_is_no_tensor_is_the_suites_fault_not_the_implementations(monkeypatch, reference,
+                                                                                     tolerance, says):
+    """A reference returning None failed the implementation under test with "run failed:
+    AttributeError: 'NoneType' object has no attribute 'shape'", as if the user's kernel were wrong."""
+    import bwbench
+    from bwbench.session import Session
+    from fakes import cpu_session
+
+    monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
+    suite = suite_making(lambda case, gen: {"x": torch.randn(case.n, generator=gen)})
+    suite.reference(reference)
+    if tolerance is not None:
+        suite.tolerances["float32"] = tolerance
+    suite.impl("mine", kind="cuda")(lambda case: (lambda x: 2 * x))
+    frame = bwbench.run(suite)
+    [reason] = frame.loc[frame.impl == "mine", "reason"]
+    assert reason.startswith("inputs or reference failed") and says in reason, reason
