@@ -440,6 +440,8 @@ class Suite:
 
         from .discovery import get_suite
 
+        if name is not None:
+            check_name(f"suite {self.name!r}: an implementation's", name)
         source = get_suite(suite).select_impls([impl])[0]
         name = name or source.name
         if name == COPY_IMPL or name in self.implementations:

@@ -476,3 +476,14 @@ def test_a_suite_file_may_not_take_a_known_suites_name(tmp_path):
     with pytest.raises(SuiteCollision, match="names its suite 'softmax'"):
         resolve(str(path))
     assert [s.name for s in resolve(str(suites_dir() / "softmax.py"))] == ["softmax"], "bwbench's own file is itself"
+
+
+@pytest.mark.parametrize("name", [5, "torch,eager", " "])
+def test_reuse_under_a_new_name_takes_only_names_that_can_be_selected(name):
+    """suite.reuse("softmax", "torch", name=5) registered an implementation keyed by an int (a results
+    file its own reader refuses) and name="a,b" one that `--impl a,b` can never select."""
+    mine = Suite("mine", "d", axes={"rows": [4], "cols": [8]})
+    with pytest.raises(SuiteDefinitionError, match="name must be non-empty text without commas"):
+        mine.reuse("softmax", "torch", name=name)
+    assert not mine.implementations
+    assert mine.reuse("softmax", "torch", name="eager").name == "eager"
