@@ -328,6 +328,9 @@ class Suite:
             if dtype not in DTYPE_ITEMSIZE:
                 raise SuiteDefinitionError(f"suite {self.name!r}: unknown dtype {dtype!r}")
         for dtype, tolerance in self.tolerances.items():
+            if dtype not in DTYPE_ITEMSIZE:  # a typo's tolerance would be ignored for the default one
+                raise SuiteDefinitionError(f"suite {self.name!r}: a tolerance for {dtype!r}, which is no dtype "
+                                           f"({', '.join(DTYPE_ITEMSIZE)})")
             parts = tolerance if isinstance(tolerance, tuple) else (tolerance,)
             if not parts or not all(isinstance(t, Tolerance) for t in parts):
                 raise SuiteDefinitionError(f"suite {self.name!r}: the tolerance of {dtype!r} is {tolerance!r}, "

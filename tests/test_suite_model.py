@@ -397,6 +397,7 @@ def bwbench_tolerance(**kw):
     ({"dtypes": ["float16", "float32"], "default_dtypes": "float32"}, "default_dtypes must be a list of its dtypes"),
     ({"default_dtypes": ["float32"]}, "default_dtypes must be a list of its dtypes"),
     ({"x_axis": "cols"}, "x_axis 'cols' is not an axis"),
+    ({"tolerances": {"fp16": bwbench_tolerance(rtol=1e-2, atol=0.0)}}, "a tolerance for 'fp16', which is no dtype"),
 ])
 def test_a_suite_declared_with_the_wrong_shapes_is_a_definition_error(kw, says):
     """Each of these passed Suite(...) and went wrong later: "abc" swept as three cases a, b, c, a
