@@ -71,7 +71,8 @@ def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | N
 
 def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
     """Keyword axis values: one value or a list of them (a numpy array too); strings are read as the
-    CLI reads them, numpy scalars become Python's (the results file holds no np.int64)."""
+    CLI reads them, numpy scalars become Python's (the results file holds no np.int64), and a bool
+    is refused for an axis of numbers (as `--n true` is)."""
     from .suite import SelectionError, plain_value
 
     values = {}
@@ -84,6 +85,10 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
             values[name] = [suite.parse_axis_values(name, [v])[0] if isinstance(v, str) else plain_value(v) for v in items]
         except ValueError as err:
             raise SelectionError(f"{name}=: {err}") from None
+        example = suite.axes.get(name, [None])[0]
+        for value in values[name]:  # True is an int to Python, not to `--n true`
+            if isinstance(value, bool) and example is not None and not isinstance(example, bool):
+                raise SelectionError(f"{name}={value!r}: suite {suite.name!r} takes values like {example!r} there, not a bool")
     return values
 
 

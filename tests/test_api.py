@@ -189,3 +189,13 @@ def test_run_refuses_bad_arguments_before_any_gpu_work(monkeypatch, kwargs, mess
     with pytest.raises(Exception, match=message) as err:
         bwbench.run(_doubling_suite(), **kwargs)
     assert not isinstance(err.value, (TypeError, AssertionError))
+
+
+def test_a_bool_for_an_axis_of_numbers_is_refused_as_the_command_line_refuses_it():
+    """plan(suite, n=True) swept a case n=True (moving n=1's bytes) where `--n true` is an error."""
+    suite = _doubling_suite()
+    with pytest.raises(bwbench.SelectionError, match="n=True"):
+        bwbench.plan(suite, n=True)
+    with pytest.raises(bwbench.SelectionError, match="n=False"):
+        bwbench.plan(suite, n=[16, False])
+    assert [c.n for c in bwbench.plan(suite, n=[8, 16])[0].cases] == [8, 16]
