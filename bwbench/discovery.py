@@ -159,8 +159,11 @@ def entry_point_suites() -> list[Suite | BrokenSuite]:
         try:
             target = ep.load()
         except Exception as err:  # noqa: BLE001
-            where, line = _users_frame(err) or (Path(origin), None)
-            found.append(BrokenSuite(ep.name, where, f"{origin}: {type(err).__name__}: {err}", line))
+            frame = _users_frame(err)
+            if frame is None:  # the entry point itself is where: named once, not again in the error
+                found.append(BrokenSuite(ep.name, Path(origin), f"{type(err).__name__}: {err}"))
+            else:
+                found.append(BrokenSuite(ep.name, frame[0], f"{origin}: {type(err).__name__}: {err}", frame[1]))
             continue
         if isinstance(target, types.ModuleType):
             target = getattr(target, "suite", None)

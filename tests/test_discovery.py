@@ -116,8 +116,9 @@ def test_a_broken_entry_point_names_the_users_line_not_bwbenchs(tmp_path, monkey
     monkeypatch.setattr(metadata, "entry_points", lambda group=None, **kw: [point] if group == ENTRY_POINT_GROUP else [])
     entry = registry()["brk"]
     assert isinstance(entry, BrokenSuite)
-    if source is None:
+    if source is None:  # where is the entry point itself: named once, not again in the error
         assert entry.line is None and "No module named" in entry.error
+        assert f"{entry.where}: {entry.error}".count("entry point brk =") == 1, (entry.where, entry.error)
     else:
         assert entry.where == f"{(tmp_path / f'{module}.py').resolve()}:{line}", entry.where
 
