@@ -273,6 +273,8 @@ def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
         return [_usable(selection)]
     if isinstance(selection, (list, tuple)):
         parts = list(selection)
+    elif isinstance(selection, os.PathLike):  # one path, whatever its name holds (a comma too)
+        parts = [selection]
     else:
         parts = [p.strip() for p in str(selection).split(",") if p.strip()]
     if not parts:
@@ -319,7 +321,7 @@ def get_suite(name: str, directory: Path | None = None) -> Suite:
             valid = ", ".join(k for k, v in found.items() if isinstance(v, Suite)) or "none"
             raise SelectionError(f"no suite named {name!r}; suites: {valid}")
         return _usable(found[name])
-    suites = resolve(name)
+    suites = resolve(Path(name) if os.path.isabs(name) else name)  # a suite's source file: one path, commas or not
     if len(suites) != 1:
         raise SelectionError(f"{name!r} names {len(suites)} suites; name one")
     return suites[0]

@@ -212,3 +212,14 @@ def test_all_with_a_broken_suite_on_the_path_is_an_error_not_a_run_without_it(tm
         resolve("all")
     result = CliRunner().invoke(app, ["run", "all", "--dry-run"])
     assert result.exit_code == 2 and "broken.py:5" in result.output.replace("\n", ""), result.output
+
+
+def test_a_path_object_is_one_path_even_with_a_comma_in_it(tmp_path):
+    """resolve(Path(...)) split the path's text on commas as if it were a list of suites, so a
+    suite in a folder named "v1,v2" was "no such file or folder", and so was its file for a worker."""
+    path = write(tmp_path / "v1,v2", "mine.py", suite_source("comma_mine"))
+    assert [s.name for s in resolve(path)] == ["comma_mine"]
+    assert [s.name for s in resolve(path.parent)] == ["comma_mine"]
+    from bwbench.session import SuitePlan  # a fleet worker or profile child loads it again by its file
+    [suite] = resolve(path)
+    assert SuitePlan.from_work_item(SuitePlan(suite, [], []).work_item()).suite is suite
