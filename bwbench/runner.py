@@ -94,8 +94,11 @@ def _check_reference(suite: Suite, case: Case, reference: Any) -> None:
                              "or a tuple of tensors")
     tolerance = suite.tolerance(case.dtype)  # a suite's own output check reads no tolerances
     if suite.output_check is None and isinstance(tolerance, tuple) and len(tolerance) != len(outputs):
-        raise ValueError(f"suite {suite.name!r}: {len(tolerance)} tolerances for its {len(outputs)} reference "
-                         f"outputs of {case.dtype}")
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}" + ("" if n == 1 else "s")
+
+        raise ValueError(f"suite {suite.name!r}: {count(len(tolerance), 'tolerance')} for its "
+                         f"{count(len(outputs), 'reference output')} of {case.dtype}")
 
 
 def _host_scalar(tensor) -> bool:
