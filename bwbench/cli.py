@@ -166,8 +166,9 @@ def parse_axis_args(extra: list[str], axis_options: list[str]) -> dict[str, list
     return selected
 
 
-def _guard(fn):
-    """Turn the errors a user can cause into a message and an exit code instead of a traceback."""
+def _guard(fn, warnings_to=None):
+    """Turn the errors a user can cause into a message and an exit code instead of a traceback;
+    warnings go to `warnings_to` (a console on stderr where stdout carries a command's output)."""
     import warnings
 
     from .device import NoGpuError
@@ -179,7 +180,7 @@ def _guard(fn):
     from .timing import TimerUnavailable
 
     def show(message, category, *_args, **_kwargs):
-        console.print(f"[yellow]warning:[/] {plain(message)}", soft_wrap=True)
+        (warnings_to or console).print(f"[yellow]warning:[/] {plain(message)}", soft_wrap=True)
 
     try:
         with warnings.catch_warnings():
@@ -638,9 +639,12 @@ def compare(
     A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing, invalid (a NaN, infinite, negative, zero or absent GB/s), incomplete (absent because CURRENT stopped early). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, or invalid data or a run that stopped early (unless --allow-partial), 2 usage or input error.
     """
 
-    def judge_runs() -> int:
-        from rich.console import Console
+    from rich.console import Console
 
+    to_stdout = "-" in (str(markdown_out), str(json_out))  # then the screen's lines, warnings too, go to stderr
+    screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+
+    def judge_runs() -> int:
         from .comparison import build_view, markdown, to_json
         from .console import comparison_output
         from .gate import check_threshold, compare_runs, has_regression, parse_fraction, partial_runs
@@ -651,13 +655,6 @@ def compare(
         check_threshold(threshold)
         smallest = parse_size(min_bytes)
         check_gate_outputs({"--markdown": markdown_out, "--json": json_out}, [p for p in (baseline, current) if p])
-        to_stdout = "-" in (str(markdown_out), str(json_out))
-        screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
-        if to_stdout:  # a warning met while reading (a cut-short stream) must not land in the JSON or markdown
-            import warnings
-
-            warnings.showwarning = lambda message, *_a, **_k: screen.print(
-                f"[yellow]warning:[/] {plain(message)}", soft_wrap=True)
         if against_store:
             if current is not None:
                 raise UsageError("--against-store takes one results file (the run to judge)")
@@ -703,7 +700,7 @@ def compare(
             _write_text(json_out, dumps_finite(payload, indent=1) + "\n")
         return EXIT_OK if passed else EXIT_FAILED
 
-    raise typer.Exit(_guard(judge_runs))
+    raise typer.Exit(_guard(judge_runs, screen))
 
 
 def _store_baseline(current_path: Path, store_path: Optional[Path], last: int, ignore_timing: bool = False):
