@@ -13,13 +13,10 @@ from typing import Any, Callable, Iterable
 
 from .session import BenchResult, Session, SessionSettings, SuitePlan
 from .stats import SamplingPolicy
+from .suite import is_whole
 
 _SESSIONS: dict[tuple, Session] = {}
 """Sessions `bench` reuses per (device, sampling policy): the timer's flush buffer is made once."""
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _policy(max_time: float, noise: float, min_samples: int) -> SamplingPolicy:
@@ -28,13 +25,13 @@ def _policy(max_time: float, noise: float, min_samples: int) -> SamplingPolicy:
     for name, value in (("max_time", max_time), ("noise", noise)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
             raise ValueError(f"{name} must be a positive number, not {value!r}")
-    if not _whole(min_samples) or min_samples < 1:
+    if not is_whole(min_samples) or min_samples < 1:
         raise ValueError(f"min_samples must be a whole number, at least 1, not {min_samples!r}")
     return SamplingPolicy(min_samples=int(min_samples), max_median_error=float(noise), max_seconds=float(max_time))
 
 
 def _check_gpu(gpu: Any) -> None:
-    if gpu is not None and (not _whole(gpu) or gpu < 0):
+    if gpu is not None and (not is_whole(gpu) or gpu < 0):
         raise ValueError(f"gpu must be a GPU index (0, 1, ...), not {gpu!r}")
 
 
@@ -146,7 +143,7 @@ def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iter
         raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
     check_timer_kind(timer)
     _check_gpu(gpu)
-    if not _whole(seed):
+    if not is_whole(seed):
         raise ValueError(f"seed must be a whole number, not {seed!r}")
     if output is not None:
         output = check_results_output(output, force)

@@ -84,13 +84,18 @@ class Traffic:
         return self.read + self.write
 
 
+def is_whole(value: Any) -> bool:
+    """A whole number (numpy's too), not a bool: True is an int to Python, not to a user."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _is_traffic(value: Any) -> bool:
     return isinstance(value, Traffic)
 
 
 def _is_bytes(value: Any) -> bool:
-    """A mask's size as the results file takes it: a whole, non-negative number (numpy's too), or None."""
-    return value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0)
+    """A mask's size as the results file takes it: a whole, non-negative number, or None."""
+    return value is None or (is_whole(value) and value >= 0)
 
 
 def _defined_at(fn: Callable, err: BaseException | None = None) -> str:
@@ -472,20 +477,20 @@ class Suite:
         The same holds for each of `impls`' own traffic and mask_bytes functions, which the run calls
         as often. Where the case holds a value the user gave (`given`: axis -> values, e.g. `--cols 0`
         on a suite that declares no domain for cols), it is a SelectionError naming that value instead."""
-        checks = [("traffic", self.compute_traffic, _is_traffic)] if self.compute_traffic else []
+        traffic, mask = (_is_traffic, "Traffic(read=..., write=...)"), (_is_bytes, "a whole number of bytes")
+        checks = [("traffic", self.compute_traffic, *traffic)] if self.compute_traffic else []
         for impl in impls:
-            checks += [(f"implementation {impl.name!r}: {what}", fn, valid)
-                       for what, fn, valid in (("traffic", impl.traffic, _is_traffic),
-                                               ("mask_bytes", impl.mask_bytes, _is_bytes)) if fn]
+            checks += [(f"implementation {impl.name!r}: {what}", fn, *expected)
+                       for what, fn, expected in (("traffic", impl.traffic, traffic),
+                                                  ("mask_bytes", impl.mask_bytes, mask)) if fn]
         for case in cases:
-            for what, fn, valid in checks:
+            for what, fn, valid, wanted in checks:
                 try:
                     value = fn(case)
                 except Exception as err:  # noqa: BLE001 - the user's function, whatever it raises
                     self._traffic_failed(case, given, f"{type(err).__name__}: {err}", _defined_at(fn, err),
                                          f"{what}({case.id})")
                 if not valid(value):
-                    wanted = "Traffic(read=..., write=...)" if valid is _is_traffic else "a whole number of bytes"
                     raise SuiteDefinitionError(f"{_defined_at(fn)}suite {self.name!r}: {what}({case.id}) returned "
                                                f"{type(value).__name__} {str(value)[:40]!r}, not {wanted}")
 
