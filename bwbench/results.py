@@ -397,8 +397,9 @@ def _check_schema(schema: str, path: Path) -> None:
         raise ResultsFileError(f"{path} is not a bwbench results file (schema {schema!r}, expected {SCHEMA!r})")
 
 
-_LONG_DIGITS = re.compile(r"[0-9]{19,}")
-"""A run of digits that may be an integer beyond 64 bits (2**63 has 19 digits)."""
+_LONG_DIGITS = re.compile(r"(?<![0-9.])[0-9]{19,}(?![0-9.eE])")
+"""A run of digits that may be an integer beyond 64 bits (2**63 has 19 digits), not the fraction
+of a float: a float's 19 digits after its point would parse every results file a second time."""
 
 
 class _TooLarge(ValueError):
