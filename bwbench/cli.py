@@ -636,7 +636,7 @@ def compare(
 ):
     """CI gate: exit 1 when a record of CURRENT is really slower than in BASELINE (or, with --against-store, than in recent stored runs).
 
-    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now, passed before), still failing, invalid (a NaN, infinite, negative, zero or absent GB/s), incomplete (absent because CURRENT stopped early). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, or invalid data or a run that stopped early (unless --allow-partial), 2 usage or input error.
+    A record regresses when its median bandwidth drops by at least --max-drop and a rank test on the raw samples (or disjoint p10-p90 intervals when samples are few) says the difference is real. Records skipped in both runs are left out (and counted). Verdicts: faster, same, slower, ambiguous (past the threshold but within noise, or either run's samples disturbed), missing, new, failed (fails its check now and did not fail it in BASELINE: passed, skipped or absent there), still failing, invalid (a NaN, infinite, negative, zero or absent GB/s), incomplete (absent because CURRENT stopped early). Exit codes: 0 no regression, 1 regression or a newly failed check in CURRENT, or invalid data or a run that stopped early (unless --allow-partial), 2 usage or input error.
     """
 
     from rich.console import Console

@@ -140,7 +140,8 @@ def judge(base: Record | None, cur: Record | None, max_drop: float) -> Compariso
     cur_ok = cur is not None and cur.status == "ok" and valid_gbps(cur.gbps)
     if cur is not None and cur.status == "failed":
         # Failing in both runs is not a change this comparison should stop a merge for (the run
-        # itself exits 1 for it); failing now after passing is.
+        # itself exits 1 for it); failing now where the baseline passed, skipped or had no record
+        # is: a wrong result in a record new to this run must stop the merge too, so it is not "new".
         verdict = "still failing" if base is not None and base.status == "failed" else "failed"
         return Comparison(**key, verdict=verdict, baseline_gbps=base.gbps if base_ok else None,
                           current_gbps=None, change=None, p_value=None, test="", note=cur.reason or "")

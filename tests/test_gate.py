@@ -72,6 +72,19 @@ def test_missing_new_and_failed():
     assert not has_regression([judge(failed, failed, 0.05)])
 
 
+def test_a_wrong_result_new_to_the_current_run_is_failed_not_new():
+    """README and `compare --help` once said `failed` meant wrong now, right before; a record the
+    baseline lacks or skipped that fails its check must still fail the gate, so it is `failed` too."""
+    failed = timed("torch", noisy(100), status="failed")
+    failed.gbps, failed.reason = None, "wrong result: 3 elements off"
+    skipped = timed("torch", noisy(100), status="skipped")
+    skipped.gbps = None
+    for base in (None, skipped):
+        verdict = judge(base, failed, 0.05)
+        assert verdict.verdict == "failed" and verdict.note == failed.reason
+        assert has_regression([verdict])
+
+
 def doc(records, gpu="NVIDIA H200"):
     return RunDocument(environment={"gpu_name": gpu}, options={}, suites={}, records=records)
 
