@@ -32,9 +32,31 @@ def poison_allocator(reference: Any, dtype) -> None:
     del blocks
 
 
-def compare(outputs: Any, reference: Any, tolerance: Tolerance | Sequence[Tolerance]) -> Check:
+def expected_dtypes(reference: Any, case_dtype: str, declared: Sequence[str | None] | None = None) -> tuple:
+    """Per output, the torch dtype an implementation must return it in: the suite's declared name
+    where it gives one, else the case's dtype for a floating reference output (the reference is
+    float64 for precision, not as the dtype to return) and the reference's own for any other (a
+    bool mask, integer indices). Compared after promotion, a float32 result of a float16 case
+    would pass while holding more than the kernel under test stores."""
+    import torch
+
+    refs = as_tuple(reference)
+    names = tuple(declared) if declared is not None else (None,) * len(refs)
+    return tuple(getattr(torch, name) if name is not None
+                 else getattr(torch, case_dtype) if ref.is_floating_point() else ref.dtype
+                 for name, ref in zip(names, refs))
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def compare(outputs: Any, reference: Any, tolerance: Tolerance | Sequence[Tolerance],
+            dtypes: Sequence[Any] | None = None) -> Check:
     """Element-wise |out - ref| <= atol + rtol * |ref| on every output; NaN or Inf never passes.
-    `tolerance` is one Tolerance for all outputs or one per output (y in half, statistics in float)."""
+    `tolerance` is one Tolerance for all outputs or one per output (y in half, statistics in float).
+    `dtypes` (see expected_dtypes), where given, is the dtype each output must have: another one
+    fails the check before any value is compared."""
     import torch
 
     outs, refs = as_tuple(outputs), as_tuple(reference)
@@ -51,6 +73,9 @@ def compare(outputs: Any, reference: Any, tolerance: Tolerance | Sequence[Tolera
             return Check(False, message=f"output {n} is a {type(out).__name__}, not a tensor", rtol=tol.rtol, atol=tol.atol)
         if tuple(out.shape) != tuple(ref.shape):
             return Check(False, message=f"output {n} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
+                         rtol=tol.rtol, atol=tol.atol)
+        if dtypes is not None and out.dtype != dtypes[n]:
+            return Check(False, message=f"output {n} is {_dtype_name(out.dtype)}, expected {_dtype_name(dtypes[n])}",
                          rtol=tol.rtol, atol=tol.atol)
         flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
         for begin in range(0, flat_ref.numel(), CHUNK_ELEMENTS):

@@ -11,7 +11,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .check import compare, poison_allocator
+from .check import compare, expected_dtypes, poison_allocator
 from .results import Check, Record, ResultsWriter
 from .stats import disturbance
 from .suite import COPY_IMPL, FIRST_CALL_IN_BUILD_KINDS, Case, Implementation, Skip, Suite, Traffic
@@ -99,6 +99,10 @@ def _check_reference(suite: Suite, case: Case, reference: Any) -> None:
 
         raise ValueError(f"suite {suite.name!r}: {count(len(tolerance), 'tolerance')} for its "
                          f"{count(len(outputs), 'reference output')} of {case.dtype}")
+    declared = suite.output_dtypes
+    if suite.output_check is None and declared is not None and len(declared) != len(outputs):
+        raise ValueError(f"suite {suite.name!r}: output_dtypes names {len(declared)} dtypes for its "
+                         f"{len(outputs)} reference outputs")
 
 
 def _host_scalar(tensor) -> bool:
@@ -255,7 +259,8 @@ class Runner:
     @staticmethod
     def _judge(suite: Suite, case: Case, inputs: dict, out, reference) -> Check:
         if suite.output_check is None:
-            return compare(out, reference, suite.tolerance(case.dtype))
+            dtypes = expected_dtypes(reference, case.dtype, suite.output_dtypes)
+            return compare(out, reference, suite.tolerance(case.dtype), dtypes)
         try:
             passed, message = suite.output_check(case, inputs, out)
         except Exception as err:  # noqa: BLE001 - a check that cannot even read the outputs fails them

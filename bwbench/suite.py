@@ -290,6 +290,10 @@ class Suite:
     """Named sweeps beside the default one (`bwbench run SUITE --preset models`): each a list of
     blocks, a block being axis values whose cartesian product is swept (axes a block leaves out
     take the suite's defaults). Shapes from real models, odd widths: what no power-of-two sweep shows."""
+    output_dtypes: Sequence[str | None] | None = None
+    """Per output, the dtype name an implementation must return it in, None for the default: the
+    case's dtype where the reference output is a float, the reference's own dtype otherwise. A
+    normalization keeps float32 statistics next to a half y: (None, "float32", "float32")."""
 
     def __post_init__(self) -> None:
         check_name("a suite's", self.name)
@@ -340,6 +344,7 @@ class Suite:
             if not parts or not all(isinstance(t, Tolerance) for t in parts):
                 raise SuiteDefinitionError(f"suite {self.name!r}: the tolerance of {dtype!r} is {tolerance!r}, "
                                            "not a Tolerance(rtol=..., atol=...) or a tuple of them, one per output")
+        self._check_output_dtypes()
         if self.default_dtypes is None:
             self.default_dtypes = list(self.dtypes[:1])
         if isinstance(self.default_dtypes, str) or not self.default_dtypes or \
@@ -351,6 +356,16 @@ class Suite:
         if self.x_axis not in self.axes:
             raise SuiteDefinitionError(f"suite {self.name!r}: x_axis {self.x_axis!r} is not an axis")
         self._check_own_domains()
+
+    def _check_output_dtypes(self) -> None:
+        if self.output_dtypes is None:
+            return
+        known = (*DTYPE_ITEMSIZE, "bool")
+        if not isinstance(self.output_dtypes, (list, tuple)) or not self.output_dtypes or \
+                not all(d is None or d in known for d in self.output_dtypes):
+            raise SuiteDefinitionError(f"suite {self.name!r}: output_dtypes must list, per output, a dtype name "
+                                       f"({', '.join(known)}) or None, not {self.output_dtypes!r}")
+        self.output_dtypes = tuple(self.output_dtypes)
 
     def _plain_axes(self, what: str, axes: Any) -> dict[str, list[Any]]:
         """Axis name -> a list of plain values: a string would be swept letter by letter, a bare

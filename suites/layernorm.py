@@ -35,6 +35,7 @@ suite = Suite(
     x_axis="cols",
     domains={"rows": positive_int, "cols": positive_int, "eps": positive_float},
     presets=NORM_PRESETS,
+    output_dtypes=(None, "float32", "float32"),  # y in the case's dtype, the statistics in float32
     tolerances={
         dtype: (Tolerance(DEFAULT_TOLERANCES[dtype].rtol, max(DEFAULT_TOLERANCES[dtype].atol, Y_MIN_ATOL)),
                 *STATS_TOLERANCES)

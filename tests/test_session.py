@@ -191,3 +191,77 @@ def test_cli_run_exit_code_follows_the_code_under_test(suite_file, tmp_path, mon
     bad = CliRunner().invoke(app, [*args, "bad"])
     assert bad.exit_code == 1, bad.output
     assert "FAILED" in bad.output and "buggy" in bad.output
+
+
+def _half_suite(**extra):
+    """y = x in float16, and a second output of float32 statistics where `extra` declares it."""
+    from bwbench import Traffic
+
+    suite = Suite("half_copy", "y = x", axes={"n": [64]}, dtypes=["float16"], **extra)
+    two = "output_dtypes" in extra
+
+    @suite.inputs
+    def inputs(case, gen):
+        return {"x": torch.randn(case.n, generator=gen, device=gen.device).to(case.torch_dtype)}
+
+    @suite.reference
+    def reference(x):
+        return (x.double(), x.double().sum().reshape(1)) if two else x.double()
+
+    @suite.traffic
+    def traffic(case):
+        return Traffic(read=2 * case.n, write=2 * case.n)
+
+    return suite
+
+
+def _run(suite, impls):
+    for name, fn in impls.items():
+        suite.impl(name, kind="triton")(lambda case, fn=fn: fn)
+    document = cpu_session().run([SuitePlan(suite, list(suite.implementations.values()), suite.cases())])
+    return {r.impl: r for r in document.records}
+
+
+def test_an_output_in_another_dtype_than_the_case_fails_its_check_naming_both():
+    """A float32 (or float64) result of a float16 case was promoted and compared with the float64
+    reference, so it passed: it holds more than a float16 kernel stores, and was never checked as one."""
+    by = _run(_half_suite(), {"right": lambda x: x.clone(), "f32": lambda x: x.float(), "f64": lambda x: x.double()})
+    assert by["right"].status == "ok"
+    for name, got in (("f32", "float32"), ("f64", "float64")):
+        assert by[name].status == "failed", by[name].reason
+        assert f"output 0 is {got}, expected float16" in by[name].reason
+
+
+def test_declared_output_dtypes_let_statistics_be_float32_and_hold_them_to_it():
+    """A normalization's float32 statistics next to a half y: declared, they pass; in half they fail."""
+    suite = _half_suite(output_dtypes=(None, "float32"))
+    by = _run(suite, {"right": lambda x: (x.clone(), x.float().sum().reshape(1)),
+                      "half_stats": lambda x: (x.clone(), x.sum().reshape(1))})
+    assert by["right"].status == "ok", by["right"].reason
+    assert by["half_stats"].status == "failed" and "output 1 is float16, expected float32" in by["half_stats"].reason
+
+
+def test_a_boolean_reference_output_expects_a_boolean_output():
+    """The case's dtype is the default of a float reference output only: a mask keeps its own."""
+    from bwbench import Traffic
+
+    suite = Suite("positive", "mask = x > 0", axes={"n": [64]}, dtypes=["float16"])
+    suite.inputs(lambda case, gen: {"x": torch.randn(case.n, generator=gen, device=gen.device).half()})
+    suite.reference(lambda x: x > 0)
+    suite.traffic(lambda case: Traffic(read=2 * case.n, write=case.n))
+    by = _run(suite, {"mask": lambda x: x > 0, "bytes": lambda x: (x > 0).to(torch.uint8)})
+    assert by["mask"].status == "ok", by["mask"].reason
+    assert by["bytes"].status == "failed" and "output 0 is uint8, expected bool" in by["bytes"].reason
+
+
+@pytest.mark.parametrize("declared", ["float32", ["half"], [], [1]])
+def test_output_dtypes_must_name_dtypes_one_per_output(declared):
+    from bwbench.suite import SuiteDefinitionError
+
+    with pytest.raises(SuiteDefinitionError, match="output_dtypes"):
+        Suite("s", "d", axes={"n": [1]}, output_dtypes=declared)
+
+
+def test_output_dtypes_of_another_length_than_the_reference_fail_the_case_not_the_run():
+    by = _run(_half_suite(output_dtypes=(None, "float32", "float32")), {"right": lambda x: x})
+    assert by["right"].status == "failed" and "output_dtypes names 3 dtypes for its 2 reference outputs" in by["right"].reason
