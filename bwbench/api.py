@@ -68,9 +68,10 @@ def bench(fn: Callable[[], Any], *, bytes: int, mode: str = "cold", gpu: int | N
 
 def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
     """Keyword axis values: one value or a list of them (a numpy array too); strings are read as the
-    CLI reads them, numpy scalars become Python's (the results file holds no np.int64), and a bool
-    is refused for an axis of numbers (as `--n true` is)."""
-    from .suite import SelectionError, plain_value
+    CLI reads them, numpy scalars become Python's (the results file holds no np.int64), a whole float
+    for an axis of integers is that integer (as `--n 2.0` is), and a bool is refused for an axis of
+    numbers (as `--n true` is)."""
+    from .suite import FractionError, SelectionError, plain_value, whole_like
 
     values = {}
     for name, given in axes.items():
@@ -78,11 +79,17 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
         items = list(given) if many else [given]
         if not items:
             raise SelectionError(f"{name}= needs at least one value")
-        try:
-            values[name] = [suite.parse_axis_values(name, [v])[0] if isinstance(v, str) else plain_value(v) for v in items]
-        except ValueError as err:
-            raise SelectionError(f"{name}=: {err}") from None
         example = suite.axes.get(name, [None])[0]
+        values[name] = []
+        for v in items:
+            try:
+                values[name].append(suite.parse_axis_values(name, [v])[0] if isinstance(v, str) else
+                                    whole_like(plain_value(v), example))
+            except FractionError:
+                raise SelectionError(f"{name}={v!r}: axis {name!r} of suite {suite.name!r} takes integers "
+                                     f"(like {example!r})") from None
+            except ValueError as err:
+                raise SelectionError(f"{name}=: {err}") from None
         for value in values[name]:  # True is an int to Python, not to `--n true`
             if isinstance(value, bool) and example is not None and not isinstance(example, bool):
                 raise SelectionError(f"{name}={value!r}: suite {suite.name!r} takes values like {example!r} there, not a bool")

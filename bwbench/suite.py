@@ -12,6 +12,7 @@ import math
 import numbers
 import traceback
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import skip as _skip
@@ -204,13 +205,45 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+class FractionError(ValueError):
+    """A number with a fraction given for an axis of integers."""
+
+
+def whole_text(text: str) -> int:
+    """Text for an axis of integers: digits, or a whole number written otherwise ("1e6", "1024.0"),
+    read exactly (float() is off past 2^53). A fraction ("1.5e0") is a FractionError, not cut to 1."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"cannot read {text!r}") from None
+    if not number.is_finite() or number.adjusted() > 18:  # past 64 bits (1e400): no value to read
+        raise OverflowError(f"cannot read {text!r}")
+    if number != number.to_integral_value():
+        raise FractionError(f"{text!r} is not a whole number")
+    return int(number)
+
+
+def whole_like(value: Any, example: Any) -> Any:
+    """A value given in Python for an axis like `example`: for an axis of integers, a whole float
+    (2.0, numpy's too) is the int it equals, as "2.0" is on the command line; 2.5 is a FractionError."""
+    if isinstance(example, bool) or not isinstance(example, int) or not isinstance(value, float):
+        return value
+    if not math.isfinite(value) or not value.is_integer():
+        raise FractionError(f"{value!r} is not a whole number")
+    return int(value)
+
+
 def parse_like(text: str, example: Any) -> Any:
     """Parse one CLI axis value into the type of the suite's own values."""
     text = text.strip()
     if isinstance(example, bool):
         return text.lower() in ("1", "true", "yes")
     if isinstance(example, int):
-        return int(float(text)) if "e" in text.lower() else int(text)
+        return whole_text(text)
     if isinstance(example, float):
         return float(text)
     if isinstance(example, tuple):
@@ -558,6 +591,8 @@ class Suite:
         for text in texts:
             try:
                 values.append(parse_like(text, example))
+            except FractionError:
+                raise SelectionError(f"--{axis} takes integers (like {format_value(example)}), not {text!r}") from None
             except (ValueError, OverflowError):
                 raise SelectionError(f"--{axis}: cannot read {text!r} as a value like {format_value(example)!r}") from None
         if not values:

@@ -199,3 +199,16 @@ def test_a_bool_for_an_axis_of_numbers_is_refused_as_the_command_line_refuses_it
     with pytest.raises(bwbench.SelectionError, match="n=False"):
         bwbench.plan(suite, n=[16, False])
     assert [c.n for c in bwbench.plan(suite, n=[8, 16])[0].cases] == [8, 16]
+
+
+def test_a_whole_float_for_an_axis_of_integers_is_that_integer_and_a_fraction_says_integers():
+    """plan(suite, n=2.0) swept a case n=2.0 whose traffic then raised 'bytes are a whole number';
+    now n=2.0 is n=2, as `--n 2.0` is, and n=2.5 names the axis and says it takes integers."""
+    import numpy as np
+
+    suite = _doubling_suite()
+    [plan] = bwbench.plan(suite, n=[2.0, np.float64(4.0), "8.0"])
+    assert [c.params for c in plan.cases] == [{"n": 2}, {"n": 4}, {"n": 8}] and type(plan.cases[0].n) is int
+    for bad in (2.5, float("nan"), np.float32(0.5)):
+        with pytest.raises(bwbench.SelectionError, match="axis 'n' of suite 'doubling' takes integers"):
+            bwbench.plan(suite, n=bad)

@@ -527,6 +527,8 @@ def test_a_file_over_the_size_limit_is_refused(tmp_path, monkeypatch):
     (("softmax", "--cols", "0"), "--cols 0: must be a positive integer"),
     (("softmax", "--cols", "-5"), "--cols -5: must be a positive integer"),
     (("softmax", "--rows", "4096", "--cols", "1e400"), "cannot read '1e400'"),
+    (("softmax", "--rows", "1024.5"), "--rows takes integers (like 49152), not '1024.5'"),
+    (("softmax", "--rows", "1.55e1"), "--rows takes integers (like 49152), not '1.55e1'"),
     (("softmax", "--cols", "99999999999"), "--cols 99999999999: must be at most 2,147,483,647"),
     (("dropout", "--p", "1.5"), "--p 1.5: must be a number above 0 and below 1 - 2^-17"),
     (("dropout", "--p", "0"), "--p 0.0: must be a number above 0 and below 1 - 2^-17"),

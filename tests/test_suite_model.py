@@ -62,6 +62,20 @@ def test_parse_axis_values_follows_the_declared_type():
         suite.parse_axis_values("cols", ["wide"])
 
 
+def test_an_axis_of_integers_reads_a_whole_number_written_any_way_and_refuses_a_fraction_plainly():
+    """`--rows 1024.0` was 'cannot read' and `--rows 1.55e1` was swept as 15: a whole number reads
+    as the integer it is, exactly (float() would be off past 2^53), and a fraction says integers."""
+    suite = make_suite()
+    assert suite.parse_axis_values("cols", ["1024.0", "1e3", "1.5e3", "12345678901234567e0"]) == \
+        [1024, 1000, 1500, 12345678901234567]
+    for text in ("1024.5", "1.55e1", "0.5"):
+        with pytest.raises(SelectionError, match=f"--cols takes integers \\(like 32\\), not '{text}'"):
+            suite.parse_axis_values("cols", [text])
+    for text in ("1e400", "nan", "inf", "wide"):
+        with pytest.raises(SelectionError, match=f"cannot read '{text}'"):
+            suite.parse_axis_values("cols", [text])
+
+
 def test_implementation_selection_and_skip_reasons():
     suite = make_suite()
     assert [i.name for i in suite.select_impls(None)] == ["a", "b"]
