@@ -75,6 +75,8 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
 
     values = {}
     for name, given in axes.items():
+        if isinstance(given, abc.Mapping):  # its keys would be swept, its values dropped
+            raise SelectionError(f"{name}= takes a value or a list of values, not a {type(given).__name__} {given!r}")
         many = isinstance(given, abc.Iterable) and not isinstance(given, (str, tuple))  # a tuple is one value
         items = list(given) if many else [given]
         if not items:

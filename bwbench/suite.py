@@ -343,7 +343,8 @@ class Suite:
             names = list(self.points[0])
             if any(list(p) != names for p in self.points):
                 raise SuiteDefinitionError(f"suite {self.name!r}: every point must name the axes {names} in order")
-            self.axes = {n: list(dict.fromkeys(p[n] for p in self.points)) for n in names}
+            # the points' own names are the axes now: the same rules as declared ones (a=1,b=2 ids)
+            self.axes = self._plain_axes("axis", {n: list(dict.fromkeys(p[n] for p in self.points)) for n in names})
         if not self.axes:
             raise SuiteDefinitionError(f"suite {self.name!r} declares no axes")
         from .results import frame_column_names

@@ -212,3 +212,10 @@ def test_a_whole_float_for_an_axis_of_integers_is_that_integer_and_a_fraction_sa
     for bad in (2.5, float("nan"), np.float32(0.5)):
         with pytest.raises(bwbench.SelectionError, match="axis 'n' of suite 'doubling' takes integers"):
             bwbench.plan(suite, n=bad)
+
+
+@pytest.mark.parametrize("given", [{"a": 1}, {16: "x"}])
+def test_a_dict_for_an_axis_is_refused_naming_its_type_not_swept_by_its_keys(given):
+    """plan(suite, n={16: 'x'}) swept n=16 from the dict's keys and dropped its values without a word."""
+    with pytest.raises(bwbench.SelectionError, match="n= takes a value or a list of values, not a dict"):
+        bwbench.plan(_doubling_suite(), n=given)
