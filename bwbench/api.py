@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from .session import BenchResult, Session, SessionSettings, SuitePlan
 from .stats import SamplingPolicy
-from .suite import is_whole
+from .suite import check_flag, is_whole
 
 _SESSIONS: dict[tuple, Session] = {}
 """Sessions `bench` reuses per (device, sampling policy): the timer's flush buffer is made once."""
@@ -119,6 +119,7 @@ def plan(suite_or_path, impls: Iterable[str] | str | None = None, dtypes: Iterab
     raises or returns no Traffic for one of the cases)."""
     from .discovery import resolve
 
+    quick = check_flag("quick", quick)
     impl_names, dtype_names = _names("impls", impls), _names("dtypes", dtypes)
     presets = _names("preset", preset)
     preset = ",".join(presets) if presets else None
@@ -147,6 +148,8 @@ def run(suite_or_path, impls: Iterable[str] | str | None = None, *, dtypes: Iter
     from .results import to_frame
     from .timing import TIMING_MODES, check_timer_kind
 
+    quick = check_flag("quick", quick)  # a Python bool: the results file's options hold no numpy bool
+    force = check_flag("force", force)  # force="no" would replace the file as force=True does
     plans = plan(suite_or_path, impls, dtypes, quick, preset, **axes)
     if timing not in TIMING_MODES:  # each checked before the session measures the copy ceiling
         raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")

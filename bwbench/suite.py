@@ -90,6 +90,17 @@ def is_whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def check_flag(name: str, value: Any, optional: bool = False) -> bool | None:
+    """A yes-or-no argument as a real bool (numpy's too, None where `optional`): quick="no" is a
+    non-empty string, so it was taken as yes."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+        return bool(value)
+    allowed = "True, False or None" if optional else "True or False"
+    raise ValueError(f"{name} must be {allowed}, not {type(value).__name__} {value!r}")
+
+
 def _is_traffic(value: Any) -> bool:
     return isinstance(value, Traffic)
 
@@ -478,6 +489,10 @@ class Suite:
         check_name(f"suite {self.name!r}: an implementation's", name)
         if not isinstance(kind, str) or not kind.strip() or kind == "ceiling":
             raise SuiteDefinitionError(f"implementation {name!r}: kind must be a non-empty name, not {kind!r}")
+        try:
+            baseline = check_flag("baseline", baseline, optional=True)
+        except ValueError as err:
+            raise SuiteDefinitionError(f"implementation {name!r}: {err}") from None
         role = default_role(kind) if baseline is None else ("baseline" if baseline else "test")
         if name == COPY_IMPL or name in self.implementations:
             raise SuiteDefinitionError(f"suite {self.name!r}: implementation name {name!r} is taken")
@@ -499,6 +514,10 @@ class Suite:
 
         if name is not None:
             check_name(f"suite {self.name!r}: an implementation's", name)
+        try:
+            baseline = check_flag("baseline", baseline)
+        except ValueError as err:
+            raise SuiteDefinitionError(f"reuse of {impl!r}: {err}") from None
         source = get_suite(suite).select_impls([impl])[0]
         name = name or source.name
         if name == COPY_IMPL or name in self.implementations:
@@ -606,6 +625,7 @@ class Suite:
         or, for a suite of explicit points, the points matching the user's values; with `preset`
         (a name, several comma-separated, or a list), each preset's blocks one after another (user
         values replacing an axis in every block), a case shared by two presets measured once."""
+        quick = check_flag("quick", quick)
         if preset is not None:
             chosen = self._preset_cases(preset, dtypes, axis_values or {}, quick)
         else:

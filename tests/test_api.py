@@ -219,3 +219,46 @@ def test_a_dict_for_an_axis_is_refused_naming_its_type_not_swept_by_its_keys(giv
     """plan(suite, n={16: 'x'}) swept n=16 from the dict's keys and dropped its values without a word."""
     with pytest.raises(bwbench.SelectionError, match="n= takes a value or a list of values, not a dict"):
         bwbench.plan(_doubling_suite(), n=given)
+
+
+@pytest.mark.parametrize("kwargs", [{"quick": "yes"}, {"quick": "no"}, {"quick": 1}, {"quick": None},
+                                    {"force": "no"}, {"force": 0}])
+def test_a_yes_or_no_argument_takes_a_bool_not_anything_truthy(tmp_path, monkeypatch, kwargs):
+    """run(suite, quick="no") swept the quick cases and force="no" replaced an existing file: any
+    non-empty string was taken as yes. Refused now, naming the argument, before any GPU work."""
+    def no_gpu_work(*args, **kw):
+        raise AssertionError("a session was opened for arguments that were never valid")
+
+    monkeypatch.setattr(Session, "open", classmethod(no_gpu_work))
+    existing = tmp_path / "r.json"
+    existing.write_text("{}")
+    [name] = kwargs
+    with pytest.raises(ValueError, match=f"{name} must be True or False, not "):
+        bwbench.run(_doubling_suite(), output=existing, **kwargs)
+    assert existing.read_text() == "{}"
+    if name == "quick":
+        with pytest.raises(ValueError, match="quick must be True or False"):
+            bwbench.plan(_doubling_suite(), **kwargs)
+
+
+def test_a_numpy_bool_is_a_bool(tmp_path, monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(Session, "open", classmethod(lambda cls, gpu=0, settings=None, **kw: cpu_session()))
+    assert len(bwbench.plan(_doubling_suite(), quick=np.bool_(True))[0].cases) == 1
+    frame = bwbench.run(_doubling_suite(), quick=np.bool_(False), force=np.bool_(True), output=tmp_path / "r.json")
+    assert set(frame["n"]) == {16}
+    assert read_document(tmp_path / "r.json").options["quick"] is False
+
+
+@pytest.mark.parametrize("call", ["impl", "reuse"])
+def test_baseline_takes_a_bool(call):
+    """impl(..., baseline="no") made the implementation a baseline, whose wrong result passes."""
+    suite = _doubling_suite()
+    with pytest.raises(bwbench.SuiteDefinitionError, match="baseline must be True, False or None, not str 'no'"
+                       if call == "impl" else "baseline must be True or False, not str 'no'"):
+        if call == "impl":
+            suite.impl("other", kind="cuda", baseline="no")
+        else:
+            suite.reuse("softmax", "torch", name="theirs", baseline="no")
+    assert "other" not in suite.implementations and "theirs" not in suite.implementations
