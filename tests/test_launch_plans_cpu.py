@@ -807,3 +807,77 @@ def test_first_use_timing_keeps_the_fastest_candidate_and_the_first_of_equals(mo
     assert order == ["a", "b", "c"]
     order.clear()
     assert autotune.fastest(runs[:1], 0) == 0 and order == []
+
+
+def _no_kernel_work(monkeypatch):
+    """Any compile or occupancy query fails the test: the arguments must be refused before."""
+    import bwbench.cuda.norm.launch as norm_launch
+    import bwbench.cuda.softmax.launch as softmax_launch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("kernels were loaded for arguments that were never valid")
+
+    for module in (softmax_launch, norm_launch):
+        monkeypatch.setattr(module, "load", refuse)
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"rows": None}, "plan_launch takes rows as a whole number of at least 1, not NoneType None"),
+    ({"cols": None}, "plan_launch takes cols as a whole number of at least 1, not NoneType None"),
+    ({"rows": 2.5}, "rows as a whole number of at least 1, not float 2.5"),
+    ({"cols": "1024"}, "cols as a whole number of at least 1, not str '1024'"),
+    ({"rows": 0}, "rows as a whole number of at least 1, not int 0"),
+    ({"rows": True}, "rows as a whole number of at least 1, not bool True"),
+    ({"op": None}, "op must be one of softmax"),
+    ({"op": ["softmax"]}, "op must be one of softmax"),
+    ({"dtype": None}, "no CUDA kernel for dtype None"),
+    ({"dtype": [torch.float16]}, "no CUDA kernel for dtype [torch.float16]"),
+    ({"aligned": "no"}, "plan_launch takes aligned as True or False, not str 'no'"),
+])
+def test_softmax_plan_launch_refuses_missing_or_ill_typed_arguments_before_any_kernel_work(monkeypatch, kwargs, says):
+    """plan_launch('softmax', None, 1024, ...) compiled the kernels, or asked for a GPU, before
+    failing with a TypeError from `None < 1` (or `None % 8` for cols) deep in the plan."""
+    from bwbench.cuda.softmax import plan_launch
+
+    _no_kernel_work(monkeypatch)
+    args = {"op": "softmax", "rows": 8, "cols": 1024, "dtype": torch.float16, **kwargs}
+    with pytest.raises(ValueError) as err:
+        plan_launch(args.pop("op"), args.pop("rows"), args.pop("cols"), args.pop("dtype"), **args)
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda norm, x: norm.launch_plan(None, False, 8), "launch_plan expects x to be a torch.Tensor, got NoneType"),
+    (lambda norm, x: norm.chosen_launch(None, False), "chosen_launch expects x to be a torch.Tensor, got NoneType"),
+    (lambda norm, x: norm.launch_plan(x, None, 8), "launch_plan takes rms as True or False, not NoneType None"),
+    (lambda norm, x: norm.chosen_launch(x, "yes"), "chosen_launch takes rms as True or False, not str 'yes'"),
+    (lambda norm, x: norm.launch_plan(x, False, None), "launch_plan takes pack as a whole number of at least 1"),
+    (lambda norm, x: norm.launch_plan(x, False, 4), "launch_plan takes pack as 8 (16-byte accesses of torch.float16) or 1"),
+])
+def test_norm_launch_plans_refuse_missing_or_ill_typed_arguments(monkeypatch, call, says):
+    """launch_plan(None, ...) and chosen_launch(None, ...) were AttributeErrors ('NoneType' has no
+    'device'); rms=None looked up no kernel source."""
+    from bwbench.cuda import loader, norm
+    from bwbench.cuda.norm import launch
+
+    def cpu_stands_in(t, what, name="x", rows_only=False):  # no GPU here: a CPU x stands for a CUDA one
+        if not isinstance(t, torch.Tensor):
+            loader.check_matrix(t, what, name, rows_only)
+
+    _no_kernel_work(monkeypatch)
+    monkeypatch.setattr(launch, "check_matrix", cpu_stands_in)
+    x = torch.empty(4, 64, dtype=torch.float16)
+    with pytest.raises(ValueError) as err:
+        call(norm, x)
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("perm", [None, 3, [1.5, 0], "10"])
+def test_permute_refuses_a_perm_that_is_no_sequence_of_dimensions(perm):
+    """permute(x, None) was a TypeError from tuple(None); a perm of floats failed inside the plan."""
+    from bwbench.cuda.permute import permute, plan_for
+
+    x = torch.zeros(2, 3)
+    for fn in (permute, plan_for):
+        with pytest.raises(ValueError, match="takes perm as a sequence of dimension indices"):
+            fn(x, perm)

@@ -91,7 +91,7 @@ def cpp_type(dtype: torch.dtype) -> str:
     """The C++ storage type name (half_t, bf16_t, float) for a torch dtype."""
     try:
         return _CPP_TYPES[dtype]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable "dtype" (a list)
         supported = ", ".join(str(d).removeprefix("torch.") for d in _CPP_TYPES)
         raise ValueError(f"no CUDA kernel for dtype {dtype}; supported: {supported}") from None
 
@@ -435,6 +435,21 @@ def device_index(device: int | torch.device | torch.Tensor | None) -> int:
     if isinstance(device, torch.device):
         device = device.index
     return torch.cuda.current_device() if device is None else int(device)
+
+
+def check_count(what: str, name: str, value: Any) -> int:
+    """A row or column count a caller gives a planner: a whole number of at least 1 (numpy's too).
+    None or 2.5 failed deep in the plan with a TypeError, or only after compiling the kernels."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what} takes {name} as a whole number of at least 1, not {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def check_bool(what: str, name: str, value: Any) -> bool:
+    """A yes-or-no option of a launcher as a real bool: rms=None or "no" picked no kernel source."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{what} takes {name} as True or False, not {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def check_matrix(t: torch.Tensor, what: str, name: str = "x", rows_only: bool = False) -> None:

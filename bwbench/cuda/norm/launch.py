@@ -26,6 +26,8 @@ from bwbench.cuda.loader import (
     Kernel,
     KernelSource,
     PlannedCall,
+    check_bool,
+    check_count,
     check_matrix,
     cpp_type,
     load,
@@ -164,6 +166,11 @@ def launch_plan(x: torch.Tensor, rms: bool, pack: int, tier: str | None = None, 
                 grid_waves: tuple[int | None, ...] = DEFAULT_GRID_WAVES, same_phase: bool = True) -> Chosen:
     """The model's plan, compiled kernel and grid (the first of `grid_waves`) for x, before any timing;
     same_phase: y will start as far past a 16-byte boundary as x (a fresh y does where x is aligned)."""
+    check_matrix(x, "launch_plan")
+    rms, same_phase = check_bool("launch_plan", "rms", rms), check_bool("launch_plan", "same_phase", same_phase)
+    packs = (full_pack(cpp_type(x.dtype)), 1)
+    if check_count("launch_plan", "pack", pack) not in packs:
+        raise ValueError(f"launch_plan takes pack as {packs[0]} (16-byte accesses of {x.dtype}) or 1, not {pack!r}")
     chosen, module = _model(x.device.index, x.shape[1], x.dtype, rms, pack, tier, block, same_phase)
     return _with_grid(chosen, module, x.device.index, x.shape[0], grid_waves[0])
 
@@ -171,6 +178,8 @@ def launch_plan(x: torch.Tensor, rms: bool, pack: int, tier: str | None = None, 
 def chosen_launch(x: torch.Tensor, rms: bool, tier: str | None = None, block: int | None = None,
                   grid_waves: tuple[int | None, ...] = DEFAULT_GRID_WAVES) -> Chosen | None:
     """The launch `layer_norm` / `rms_norm` settled on for x's shape (after timing), if any yet."""
+    check_matrix(x, "chosen_launch")
+    rms = check_bool("chosen_launch", "rms", rms)
     device, (rows, cols) = x.device.index, x.shape
     for pack in (full_pack(cpp_type(x.dtype)), 1):
         for same_phase in (True, False):

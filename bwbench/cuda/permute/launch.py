@@ -70,6 +70,12 @@ def _kernel(name: str, device: int) -> Kernel:
 def _check_input(x: torch.Tensor, perm: Sequence[int], what: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{what} expects a torch.Tensor, got {type(x).__name__}")
+    try:  # None or 1.5 for perm was a TypeError from tuple() or deep inside the plan
+        dims = tuple(perm)
+    except TypeError:
+        dims = None
+    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise ValueError(f"{what} takes perm as a sequence of dimension indices, not {type(perm).__name__} {perm!r}")
     if x.device.type != "cuda":
         raise ValueError(f"{what} expects a CUDA tensor, got one on {x.device}")
     if not x.is_contiguous():
@@ -77,7 +83,7 @@ def _check_input(x: torch.Tensor, perm: Sequence[int], what: str) -> tuple[tuple
     if x.element_size() not in (1, 2, 4, 8):
         raise ValueError(f"{what} moves elements of 1, 2, 4 or 8 bytes, not {x.element_size()} ({x.dtype})")
     try:
-        return check_permutation(tuple(x.shape), tuple(perm))
+        return check_permutation(tuple(x.shape), dims)
     except PermuteError as err:
         raise ValueError(str(err)) from None
 

@@ -18,6 +18,8 @@ from bwbench.cuda.loader import (
     KernelSource,
     PlannedCall,
     allow_all_dynamic_shared_memory,
+    check_bool,
+    check_count,
     check_matrix,
     cpp_type,
     load,
@@ -95,8 +97,12 @@ def plan_launch(op: str, rows: int, cols: int, dtype: torch.dtype, *, aligned: b
     a fresh contiguous tensor, i.e. where cols is a multiple of the pack). dense: every tensor's
     rows lie end to end (row stride = cols), as in fresh contiguous tensors.
     overrides: thresholds=, tier=, block=, grid_waves=, cluster= (see plan.plan)."""
-    if op not in OPERATIONS:
+    if not isinstance(op, str) or op not in OPERATIONS:
         raise ValueError(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+    rows, cols = check_count("plan_launch", "rows", rows), check_count("plan_launch", "cols", cols)
+    aligned, dense = check_bool("plan_launch", "aligned", aligned), check_bool("plan_launch", "dense", dense)
+    if starts_aligned is not None:
+        starts_aligned = check_bool("plan_launch", "starts_aligned", starts_aligned)
     pack = dispatch.pack_elements(dispatch.ITEMSIZE[cpp_type(dtype)], aligned)
     if starts_aligned is None:
         starts_aligned = cols % pack == 0
