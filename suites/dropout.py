@@ -128,7 +128,7 @@ def check(case, inputs, outputs) -> tuple[bool, str]:
     n, p = numel(case), case.p
     keep = inputs["keep"].reshape(-1)
     if case.direction == "backward":
-        result = compare(outs, reference(**inputs), tol)
+        result = compare(outs, reference(**inputs), tol, (case.torch_dtype,))
         return result.passed, result.message or "dx within tolerance"
     if len(outs) != 2:
         return False, f"forward returned {len(outs)} outputs, expected (y, mask)"
@@ -153,7 +153,7 @@ def check(case, inputs, outputs) -> tuple[bool, str]:
         sigma = math.sqrt(n * p * (1 - p))
         if abs(kept - n * (1 - p)) > 4 * sigma:
             return False, f"kept {kept} of {n} elements; expected {n * (1 - p):.0f} +- {4 * sigma:.0f} (4 sigma)"
-    result = compare(y, inputs["x"].double() * got.reshape(y.shape).double() / (1.0 - p), tol)
+    result = compare(y, inputs["x"].double() * got.reshape(y.shape).double() / (1.0 - p), tol, (case.torch_dtype,))
     if not result.passed:
         return False, f"y: {result.message}"
     return True, ("mask == Philox reference" if exact else f"kept fraction {int(got.sum()) / n:.4f}") + ", y within tolerance"

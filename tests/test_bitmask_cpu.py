@@ -187,3 +187,18 @@ def test_dropout_grid_grows_with_the_tensor():
     assert [plan.dropout_waves(n * mb) for n in (16, 32, 47)] == [2, 2, 2]
     assert [plan.dropout_waves(n * mb) for n in (48, 64, 2048)] == [None, None, None]
     assert plan.DROPOUT_TWO_WAVES_MIN_BYTES < plan.DROPOUT_CHUNK_GRID_MIN_BYTES
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_dropout_check_fails_a_result_in_another_dtype_than_the_case(direction):
+    """The suite's own check compared y (or dx) after promotion to float64, so a float32 result of
+    a float16 case passed; it must be the case's dtype, as the harness's own check now demands."""
+    suite = get_suite("dropout")
+    case = _case(suite, direction=direction, p=0.5, n=4096, dtype="float16")
+    inputs = suite.make_inputs(case, torch.Generator().manual_seed(0))
+    reference = suite.compute_reference(**inputs)
+    right = (reference[0].half(), inputs["keep"]) if direction == "forward" else reference.half()
+    wide = (reference[0].float(), inputs["keep"]) if direction == "forward" else reference.float()
+    assert suite.output_check(case, inputs, right)[0]
+    passed, message = suite.output_check(case, inputs, wide)
+    assert not passed and "output 0 is float32, expected float16" in message
