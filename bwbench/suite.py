@@ -248,11 +248,18 @@ def whole_like(value: Any, example: Any) -> Any:
     return int(value)
 
 
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+"""What a yes-or-no axis takes on the command line (any case)."""
+
+
 def parse_like(text: str, example: Any) -> Any:
     """Parse one CLI axis value into the type of the suite's own values."""
     text = text.strip()
     if isinstance(example, bool):
-        return text.lower() in ("1", "true", "yes")
+        word = text.lower()
+        if word not in _BOOL_WORDS:  # "maybe" read as False ran the False cases without a word
+            raise ValueError(f"cannot read {text!r} as true or false")
+        return _BOOL_WORDS[word]
     if isinstance(example, int):
         return whole_text(text)
     if isinstance(example, float):

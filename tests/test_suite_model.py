@@ -62,6 +62,13 @@ def test_parse_axis_values_follows_the_declared_type():
         suite.parse_axis_values("cols", ["wide"])
 
 
+def test_a_yes_or_no_axis_reads_true_and_false_words_and_refuses_any_other():
+    assert [parse_like(t, False) for t in ("true", "Yes", "1", "FALSE", "no", "0")] == [True, True, True,
+                                                                                      False, False, False]
+    with pytest.raises(ValueError, match="cannot read 'maybe' as true or false"):
+        parse_like("maybe", True)
+
+
 def test_an_axis_of_integers_reads_a_whole_number_written_any_way_and_refuses_a_fraction_plainly():
     """`--rows 1024.0` was 'cannot read' and `--rows 1.55e1` was swept as 15: a whole number reads
     as the integer it is, exactly (float() would be off past 2^53), and a fraction says integers."""
