@@ -9,6 +9,7 @@ with one name are an error naming both files: which one a run measured must neve
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -102,6 +103,29 @@ def _users_frame(err: BaseException) -> tuple[Path, int | None] | None:
     return None
 
 
+@contextlib.contextmanager
+def _folder_importable(folder: Path):
+    """A suite file imports the modules beside it (`import my_kernels`) as the same file run as a
+    script would: its folder comes first on sys.path while it executes, and stays on the path
+    afterwards, last, for the imports its build functions make later. bwbench's own suites/
+    folder is left out: its helpers are imported relatively (from ._shapes import ...)."""
+    try:
+        builtin = suites_dir().resolve()
+    except FileNotFoundError:  # pragma: no cover - an install without its suites
+        builtin = None
+    entry = str(folder)
+    if folder == builtin:
+        yield
+        return
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        sys.path.remove(entry)  # the first occurrence: the one put in front above
+        if entry not in sys.path:
+            sys.path.append(entry)
+
+
 def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
     """Import one suite file (once per process) and return its `suite`, or why it cannot."""
     path = Path(path).resolve()
@@ -112,7 +136,8 @@ def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
             spec = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
-            spec.loader.exec_module(module)
+            with _folder_importable(path.parent):
+                spec.loader.exec_module(module)
         except BaseException as err:  # noqa: BLE001 - one broken suite must not hide the others
             sys.modules.pop(module_name, None)
             if isinstance(err, KeyboardInterrupt):

@@ -1,6 +1,7 @@
 """Suites from anywhere: a file, a folder, $BWBENCH_SUITES_PATH, the bwbench.suites entry points;
 two suites with one name, and a broken file named with its line."""
 
+import sys
 import textwrap
 
 import pytest
@@ -223,3 +224,20 @@ def test_a_path_object_is_one_path_even_with_a_comma_in_it(tmp_path):
     from bwbench.session import SuitePlan  # a fleet worker or profile child loads it again by its file
     [suite] = resolve(path)
     assert SuitePlan.from_work_item(SuitePlan(suite, [], []).work_item()).suite is suite
+
+
+def test_a_suite_file_imports_the_module_beside_it(tmp_path, monkeypatch):
+    """A user keeps the kernel in its own file next to the suite (`import my_kernels`), as a script
+    run from that folder would import it; the suite's build functions may import it later too."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    folder = tmp_path / "my bench"
+    folder.mkdir()
+    (folder / "nu_sibling_kernels.py").write_text("def double(x):\n    return x * 2\n")
+    source = suite_source("nu_sibling").replace("import torch\n", "import torch\nimport nu_sibling_kernels\n", 1)
+    (folder / "bench.py").write_text(source)
+    [suite] = resolve(str(folder / "bench.py"))
+    assert suite.name == "nu_sibling"
+    import importlib
+    assert importlib.import_module("nu_sibling_kernels").double(2) == 4  # later imports still find it
+    assert sys.path[0] != str(folder.resolve())  # not left in front of installed packages
