@@ -31,11 +31,49 @@ def _is_click_usage_error(err: BaseException) -> bool:
     return callable(getattr(err, "format_message", None)) and isinstance(getattr(err, "exit_code", None), int)
 
 
+def _repeated_option(command, args: list[str]) -> str | None:
+    """What is wrong where an option of `command` that takes one value is given more than once
+    (None where none is): click keeps the last silently, so `--impl mine --impl torch` measured
+    torch alone."""
+    if hasattr(command, "commands") and args:  # a group (`store import`): its subcommand's options
+        return _repeated_option(command.commands.get(args[0]), args[1:])
+    single, takes_value = {}, set()
+    for param in getattr(command, "params", []):  # by shape: typer vendors click since 0.22
+        if getattr(param, "param_type_name", None) == "option" and not param.is_flag:
+            takes_value.update(param.opts)
+            if not param.multiple:
+                listed = "omma-separated" in (param.help or "")
+                for opt in param.opts:
+                    single[opt] = (max(param.opts, key=len), listed)
+    seen: set[str] = set()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        opt = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if opt in single:
+            name, listed = single[opt]
+            if name in seen:
+                return f"{name} is given twice: give it once" + (f", its values comma-separated ({name} a,b)" if listed else "")
+            seen.add(name)
+        if opt in takes_value and opt == arg:
+            i += 1  # its value, whatever it looks like
+        i += 1
+    return None
+
+
 class OneLineErrors(TyperGroup):
     """Click's own usage errors (an unknown command, a value that is no number, a missing argument)
     as the one `error:` line and exit 2 that bwbench's own checks give, not typer's framed box."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        given = list(sys.argv[1:] if args is None else args)
+        command = self.commands.get(given[0]) if given else None
+        repeated = _repeated_option(command, given[1:]) if command is not None else None
+        if repeated is not None and standalone_mode:
+            console.print(f"[bold red]error:[/] {plain(repeated)}", soft_wrap=True)
+            sys.exit(EXIT_USAGE)
         try:
             code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                                 standalone_mode=False, **extra)

@@ -202,3 +202,25 @@ def test_an_axis_given_twice_is_refused_not_the_last_one_kept(args):
     extra, axis = args
     with pytest.raises(UsageError, match="given twice"):
         parse_axis_args(extra, axis)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["run", "softmax", "--impl", "torch", "--impl", "naive", "--dry-run"], "--impl"),
+    (["run", "softmax", "-i", "torch", "--impl=naive", "--dry-run"], "--impl"),
+    (["run", "softmax", "--dtype", "float16", "-d", "float32", "--dry-run"], "--dtype"),
+    (["compare", "a.json", "b.json", "--max-drop", "5%", "--max-drop", "1%"], "--max-drop"),
+    (["store", "import", "a.json", "--store", "x.sqlite", "--store", "y.sqlite"], "--store"),
+])
+def test_a_one_value_option_given_twice_is_refused_not_the_last_one_kept(args, option, tmp_path, monkeypatch):
+    """`--impl mine --impl torch` measured torch alone: click keeps the last of a repeated option."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert f"{option} is given twice" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_repeatable_options_and_a_value_that_looks_like_an_option_still_work():
+    assert invoke("run", "softmax", "--axis", "cols=1024", "--axis", "rows=64", "--dry-run").exit_code == 0
+    result = invoke("run", "softmax", "--impl", "torch", "--name", "--impl", "--dry-run")
+    assert "given twice" not in result.output

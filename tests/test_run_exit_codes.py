@@ -156,8 +156,8 @@ def fake_gpu(monkeypatch):
 
 
 def run(tmp_path, *args):
-    result = CliRunner().invoke(app, ["run", "scale", "--out", str(tmp_path), "--no-report", "--copy-size", "1MB",
-                                      *args])
+    size = [] if "--copy-size" in args else ["--copy-size", "1MB"]  # an option given twice is refused
+    result = CliRunner().invoke(app, ["run", "scale", "--out", str(tmp_path), "--no-report", *size, *args])
     assert "Traceback" not in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     return result
