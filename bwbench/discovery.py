@@ -334,7 +334,8 @@ def listing(selection: str | None = None) -> dict[str, Suite | BrokenSuite]:
         elif part in known():
             entries.append(known()[part])
         else:
-            raise SelectionError(f"no suite named {part!r}")
+            valid = ", ".join(k for k, v in known().items() if isinstance(v, Suite)) or "none"
+            raise SelectionError(f"no suite named {part!r}; suites: {valid} (or give a path: ./my_suite.py)")
     return _collect(entries)
 
 

@@ -241,3 +241,9 @@ def test_a_suite_file_imports_the_module_beside_it(tmp_path, monkeypatch):
     import importlib
     assert importlib.import_module("nu_sibling_kernels").double(2) == 4  # later imports still find it
     assert sys.path[0] != str(folder.resolve())  # not left in front of installed packages
+
+
+def test_list_of_an_unknown_name_says_which_suites_there_are():
+    result = CliRunner().invoke(app, ["list", "softmx"])
+    assert result.exit_code == 2 and "no suite named 'softmx'" in result.output
+    assert "softmax" in result.output.split("softmx", 1)[1] and "./my_suite.py" in result.output
