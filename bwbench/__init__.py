@@ -14,8 +14,8 @@ dtype, preset or axis value the suite does not have), its subclass `BrokenSuiteE
 that cannot be imported: the message names its file and line), `SuiteDefinitionError` (a suite
 declared wrong, such as a traffic function that raises or returns no Traffic), `OutputError`
 (`run`'s output is no NAME.json, or exists and `force` is not given), and `NoGpuError` (`run`
-and `bench` without a CUDA GPU).
-"""
+and `bench` without a CUDA GPU); `load` raises `ResultsFileError` (a file that is missing, not
+a results file, or of a mistyped field: the message names the file and the field)."""
 
 __version__ = "0.1.0"
 
@@ -24,7 +24,7 @@ _EXPORTS = {
     "compile_per_case": "suite", "Case": "suite", "kind_order": "suite",
     "bench": "api", "plan": "api", "run": "api", "load": "api", "BenchResult": "session", "Session": "session",
     "SelectionError": "suite", "SuiteDefinitionError": "suite", "BrokenSuiteError": "discovery",
-    "NoGpuError": "device", "OutputError": "outputs",
+    "NoGpuError": "device", "OutputError": "outputs", "ResultsFileError": "results",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -262,3 +262,12 @@ def test_baseline_takes_a_bool(call):
         else:
             suite.reuse("softmax", "torch", name="theirs", baseline="no")
     assert "other" not in suite.implementations and "theirs" not in suite.implementations
+
+
+def test_the_error_load_raises_is_part_of_the_public_api(tmp_path):
+    """A user catching `bwbench.load`'s error had to reach into bwbench.results for its class."""
+    import bwbench
+
+    assert "ResultsFileError" in bwbench.__all__
+    with pytest.raises(bwbench.ResultsFileError, match="does not exist"):
+        bwbench.load(tmp_path / "missing.json")
