@@ -249,6 +249,7 @@ def _measurements(plans) -> int:
 def _default_stem(suite: str, gpu_name: str) -> str:
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower() or "gpu"
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    suite = re.sub(r"[^\w.+-]+", "-", suite).strip("-.") or "suite"  # a file name inside --out, whatever the name holds
     return f"{suite}-{gpu}-{stamp}"
 
 

@@ -288,6 +288,15 @@ def check_name(what: str, name: Any) -> None:
         raise SuiteDefinitionError(f"{what} name must be non-empty text without commas, not {name!r}")
 
 
+def check_suite_name(name: str) -> None:
+    """A suite's name is selected on the command line (`bwbench run NAME`) and starts its results
+    files' names (OUT/NAME-GPU-TIME.json): one that reads as a path there (a/b, x.py, ..) or as `all`
+    could not be selected by name, and a separator would put the files outside OUT."""
+    if "/" in name or "\\" in name or name.strip() in ("all", ".", "..") or name.endswith(".py") or name.startswith("~"):
+        raise SuiteDefinitionError(f"a suite's name may not read as a path or as `all` on the command line, "
+                                   f"not {name!r}: use letters, digits, '_' or '-' (Suite('my_softmax', ...))")
+
+
 def pow2(low: int, high: int) -> list[int]:
     """Powers of two from low to high inclusive: pow2(32, 256) == [32, 64, 128, 256]."""
     if low <= 0 or high < low:
@@ -348,6 +357,7 @@ class Suite:
 
     def __post_init__(self) -> None:
         check_name("a suite's", self.name)
+        check_suite_name(self.name)
         self.points = None if self.points is None else [self._plain_point(p) for p in self.points]
         self.axes = self._plain_axes("axis", self.axes)
         self.quick = self._plain_axes("quick axis", self.quick)

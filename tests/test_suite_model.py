@@ -515,3 +515,19 @@ def test_reuse_under_a_new_name_takes_only_names_that_can_be_selected(name):
         mine.reuse("softmax", "torch", name=name)
     assert not mine.implementations
     assert mine.reuse("softmax", "torch", name="eager").name == "eager"
+
+
+@pytest.mark.parametrize("name", ["../evil", "mine/v2", "all", "bench.py", "..", "~x"])
+def test_a_suite_name_that_reads_as_a_path_or_all_is_refused(name):
+    """`bwbench run NAME` could never select it, and the default results file OUT/NAME-GPU-TIME.json
+    of a name with a separator lands outside OUT (or in a folder that does not exist)."""
+    with pytest.raises(SuiteDefinitionError, match="may not read as a path"):
+        Suite(name, "d", axes={"n": [1]})
+
+
+def test_the_default_results_stem_is_one_file_name_inside_out():
+    from bwbench.cli import _default_stem
+
+    for name in ("../evil", "a\\b", "my suite", ".."):
+        stem = _default_stem(name, "NVIDIA H100")
+        assert "/" not in stem and "\\" not in stem and not stem.startswith(".") and " " not in stem
