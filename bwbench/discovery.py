@@ -296,12 +296,18 @@ def resolve(selection: str | os.PathLike | Suite | list) -> list[Suite]:
     suites with one name are SelectionErrors."""
     if isinstance(selection, Suite):
         return [_usable(selection)]
+    what = "a Suite, a suite name, a suite file or folder, or a list of them"
     if isinstance(selection, (list, tuple)):
         parts = list(selection)
+        wrong = next((p for p in parts if not isinstance(p, (str, os.PathLike, Suite))), None)
+        if wrong is not None:
+            raise SelectionError(f"a suite selection takes {what}, not {type(wrong).__name__} {wrong!r}")
     elif isinstance(selection, os.PathLike):  # one path, whatever its name holds (a comma too)
         parts = [selection]
-    else:
-        parts = [p.strip() for p in str(selection).split(",") if p.strip()]
+    elif isinstance(selection, str):
+        parts = [p.strip() for p in selection.split(",") if p.strip()]
+    else:  # None or 5 read as the text 'None': "no suite named 'None'" hid the real mistake
+        raise SelectionError(f"a suite selection takes {what}, not {type(selection).__name__} {selection!r}")
     if not parts:
         raise SelectionError("name a suite (see `bwbench list`), a suite file or folder, several separated by commas, or `all`")
     chosen: list[Suite | BrokenSuite] = []

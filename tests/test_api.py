@@ -271,3 +271,12 @@ def test_the_error_load_raises_is_part_of_the_public_api(tmp_path):
     assert "ResultsFileError" in bwbench.__all__
     with pytest.raises(bwbench.ResultsFileError, match="does not exist"):
         bwbench.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("selection, shown", [(None, "NoneType None"), (5, "int 5"), (["softmax", 3], "int 3")])
+def test_a_selection_of_the_wrong_type_is_named_as_such(selection, shown):
+    """plan(None) said "no suite named 'None'", as if a suite of that name were missing."""
+    import bwbench
+
+    with pytest.raises(bwbench.SelectionError, match=f"a suite selection takes a Suite.*not {shown}"):
+        bwbench.plan(selection)
