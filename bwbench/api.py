@@ -90,8 +90,8 @@ def _axis_values(suite, axes: dict[str, Any]) -> dict[str, list[Any]]:
             except FractionError:
                 raise SelectionError(f"{name}={v!r}: axis {name!r} of suite {suite.name!r} takes integers "
                                      f"(like {example!r})") from None
-            except ValueError as err:
-                raise SelectionError(f"{name}=: {err}") from None
+            except ValueError as err:  # the command line's wording names its option (--cols); here the keyword
+                raise SelectionError(f"{name}={v!r}: {str(err).removeprefix(f'--{name}: ')}") from None
         for value in values[name]:  # True is an int to Python, not to `--n true`
             if isinstance(value, bool) and example is not None and not isinstance(example, bool):
                 raise SelectionError(f"{name}={value!r}: suite {suite.name!r} takes values like {example!r} there, not a bool")

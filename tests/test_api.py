@@ -280,3 +280,11 @@ def test_a_selection_of_the_wrong_type_is_named_as_such(selection, shown):
 
     with pytest.raises(bwbench.SelectionError, match=f"a suite selection takes a Suite.*not {shown}"):
         bwbench.plan(selection)
+
+
+def test_an_unreadable_axis_value_is_named_by_its_keyword_not_a_command_line_option():
+    import bwbench
+
+    with pytest.raises(bwbench.SelectionError) as err:
+        bwbench.plan("softmax", cols="abc")
+    assert str(err.value).startswith("cols='abc': cannot read 'abc'") and "--cols" not in str(err.value)
