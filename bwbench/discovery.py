@@ -126,6 +126,18 @@ def _folder_importable(folder: Path):
             sys.path.append(entry)
 
 
+def _why_no_suite(module: types.ModuleType, suite: object) -> str:
+    """NO_SUITE for a helper file; a file that builds a Suite under another name, or binds
+    `suite` to something else, is a suite file with a mistake, never a helper left out of a folder."""
+    others = [name for name, value in vars(module).items()  # built here: one loaded elsewhere has its source
+              if isinstance(value, Suite) and value.source is None and not name.startswith("_")]
+    if others:
+        return f"the file builds a Suite as `{others[0]}`, but bwbench takes the one named `suite` (suite = Suite(...))"
+    if suite is not None and not isinstance(suite, types.ModuleType):
+        return f"`suite` is {type(suite).__name__} {suite!r}, not a Suite (suite = Suite(...))"
+    return NO_SUITE
+
+
 def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
     """Import one suite file (once per process) and return its `suite`, or why it cannot."""
     path = Path(path).resolve()
@@ -145,7 +157,7 @@ def load_suite_file(path: str | os.PathLike) -> Suite | BrokenSuite:
             return BrokenSuite(path.stem, path, f"{type(err).__name__}: {err}", _error_line(err, path))
     suite = getattr(module, "suite", None)
     if not isinstance(suite, Suite):
-        return BrokenSuite(path.stem, path, NO_SUITE)
+        return BrokenSuite(path.stem, path, _why_no_suite(module, suite))
     suite.source = str(path)
     return suite
 

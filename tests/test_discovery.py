@@ -247,3 +247,18 @@ def test_list_of_an_unknown_name_says_which_suites_there_are():
     result = CliRunner().invoke(app, ["list", "softmx"])
     assert result.exit_code == 2 and "no suite named 'softmx'" in result.output
     assert "softmax" in result.output.split("softmx", 1)[1] and "./my_suite.py" in result.output
+
+
+def test_a_suite_built_under_another_name_is_an_error_not_a_helper_left_out(tmp_path):
+    """`bench = Suite(...)` in a folder of suites was taken for a helper and silently not run."""
+    write(tmp_path / "mine", "one.py", suite_source("nu_one"))
+    misnamed = suite_source("nu_misnamed").replace("suite = Suite(", "bench = Suite(").replace("@suite.", "@bench.")
+    write(tmp_path / "mine", "two.py", misnamed)
+    write(tmp_path / "mine", "three.py", "suite = 3\n")
+    write(tmp_path / "mine", "helper.py", "SIZES = [1, 2]\n")
+    with pytest.raises(SelectionError, match=r"two\.py: the file builds a Suite as `bench`.*suite = Suite"):
+        resolve(str(tmp_path / "mine" / "two.py"))
+    with pytest.raises(SelectionError, match=r"three\.py: `suite` is int 3, not a Suite"):
+        resolve(str(tmp_path / "mine" / "three.py"))
+    with pytest.raises(SelectionError, match=r"(two|three)\.py: "):  # never the folder's other suites alone
+        resolve(str(tmp_path / "mine"))
