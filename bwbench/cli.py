@@ -820,11 +820,14 @@ def history(
             check_report_output(output, [target])
         try:
             points = query_trend(target, suite, case, split_list(impl, "--impl"), split_list(dtype, "--dtype"), gpu)
-            if not points:
+            stored = query_trend(target, suite)
+            if not stored:
                 suites = known_values(target, "suite")
-                if suite not in suites:
-                    raise UsageError(f"no runs of {suite!r} in {target}; it holds {', '.join(suites) or 'nothing'}")
-                raise UsageError(f"no stored record of {suite} matches --case/--impl/--dtype/--gpu")
+                raise UsageError(f"no runs of {suite!r} in {target}; it holds {', '.join(suites) or 'nothing'}")
+            miss = _history_miss(stored, suite, case, split_list(impl, "--impl"), split_list(dtype, "--dtype"), gpu)
+            if miss or not points:  # a name no stored run has is a typo, even beside names that match
+                raise UsageError(miss or f"no stored record of {suite} has all of these at once "
+                                         "(--case/--impl/--dtype/--gpu): leave one out to see what it has")
         except StoreError as err:
             raise UsageError(str(err)) from None
         rows, impls = trend_rows(points)
@@ -850,6 +853,28 @@ def history(
             console.print(f"trend: {output}", markup=False)
 
     _guard(show)
+
+
+def _history_miss(points, suite: str, cases: list[str], impls: list[str], dtypes: list[str],
+                  gpu: Optional[str]) -> Optional[str]:
+    """Which of history's filters matched none of the suite's stored records, and what the store
+    holds for it instead: "matches nothing" alone left the user to guess which option was wrong."""
+    from .store import case_matches
+
+    def listed(values) -> str:
+        values = sorted({v for v in values if v})
+        return ", ".join(values[:12]) + (f" (and {len(values) - 12} more)" if len(values) > 12 else "")
+
+    for option, given, have in (("--impl", impls, [p.impl for p in points]), ("--dtype", dtypes, [p.dtype for p in points]),
+                                ("--gpu", [gpu] if gpu else [], [p.gpu_name for p in points])):
+        missing = [v for v in given if v not in set(have)]
+        if missing:
+            return f"{option} {','.join(missing)}: no stored run of {suite} has it; the store holds {listed(have)}"
+    for selection in cases:
+        if not any(case_matches(p, selection) for p in points):
+            return (f"--case {selection}: no stored case of {suite} matches; give a case id or an axis=value of "
+                    f"one, e.g. {listed(p.case for p in points)}")
+    return None
 
 
 def _write_text(target: Path, text: str) -> None:

@@ -306,3 +306,19 @@ def test_against_store_refuses_a_run_that_names_no_gpu(tmp_path):
     assert result.output.startswith("error:") and "gpu_name" in result.output
     with pytest.raises(store.StoreError):
         store.baseline_from_store(db, None, last=5)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--impl", "torhc"], "--impl torhc: no stored run of softmax has it; the store holds"),
+    (["--impl", "torch,torhc"], "--impl torhc: no stored run"),  # not torch's trend alone, the typo unsaid
+    (["--dtype", "float64"], "--dtype float64: no stored run of softmax has it; the store holds float16"),
+    (["--gpu", "H100"], f"--gpu H100: no stored run of softmax has it; the store holds {H100}"),
+    (["--case", "colz=1024"], "--case colz=1024: no stored case of softmax matches"),
+])
+def test_history_names_the_filter_that_matches_nothing_and_what_is_stored(tmp_path, args, says):
+    """"no stored record matches --case/--impl/--dtype/--gpu" left the user to guess which one."""
+    db = tmp_path / "h.sqlite"
+    store.add_document(run_of(20, "aaaaaaa"), db)
+    result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db), *args], terminal_width=400)
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
