@@ -108,6 +108,20 @@ app = typer.Typer(
 console = make_console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        console.print(f"bwbench {__version__}", markup=False)
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print bwbench's version and exit.")) -> None:
+    pass
+
+
 class UsageError(Exception):
     """Bad input from the user: printed as a message, exit code 2."""
 

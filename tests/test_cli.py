@@ -224,3 +224,10 @@ def test_repeatable_options_and_a_value_that_looks_like_an_option_still_work():
     assert invoke("run", "softmax", "--axis", "cols=1024", "--axis", "rows=64", "--dry-run").exit_code == 0
     result = invoke("run", "softmax", "--impl", "torch", "--name", "--impl", "--dry-run")
     assert "given twice" not in result.output
+
+
+def test_version_is_printed_without_any_work():
+    import bwbench
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"bwbench {bwbench.__version__}"
