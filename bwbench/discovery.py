@@ -289,6 +289,11 @@ def from_path(text: str) -> list[Suite | BrokenSuite]:
     """The suites a path names: one file, or every suite file in a folder."""
     path = Path(text).expanduser()
     if path.is_dir():
+        try:  # a folder that cannot be listed globs as empty: "no suite files" would send the user looking
+            os.listdir(path)
+        except OSError as err:
+            raise SelectionError(f"{text}: cannot read this folder ({err.strerror or err}); "
+                                 "check its permissions") from None
         entries = load_folder(path)
         if not entries:
             raise SelectionError(f"{text}: no suite files in this folder (a *.py that defines `suite = Suite(...)`)")

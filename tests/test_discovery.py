@@ -262,3 +262,21 @@ def test_a_suite_built_under_another_name_is_an_error_not_a_helper_left_out(tmp_
         resolve(str(tmp_path / "mine" / "three.py"))
     with pytest.raises(SelectionError, match=r"(two|three)\.py: "):  # never the folder's other suites alone
         resolve(str(tmp_path / "mine"))
+
+
+def test_a_folder_that_cannot_be_read_says_so_not_that_it_has_no_suites(tmp_path, monkeypatch):
+    import os
+
+    folder = tmp_path / "locked"
+    write(folder, "one.py", suite_source("nu_locked"))
+    listdir = os.listdir
+
+    def refuse(path="."):
+        if str(path) == str(folder):
+            raise PermissionError(13, "Permission denied")
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", refuse)  # as a folder without read permission for a user (tests run as root)
+    monkeypatch.setattr(type(folder), "glob", lambda self, pattern: iter(()))
+    with pytest.raises(SelectionError, match="locked: cannot read this folder .Permission denied.; check its permissions"):
+        resolve(str(folder))
