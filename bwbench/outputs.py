@@ -107,6 +107,15 @@ def refuse_results_file(output: os.PathLike | str, option: str) -> None:
         raise OutputError(f"{option} {path} is a database (a results store?); it would be replaced: choose another file")
 
 
+def refuse_other_kind(output: os.PathLike | str, option: str, suffixes: tuple[str, ...]) -> None:
+    """An existing file replaced by a page or a table must already be one (its name ends in one of
+    `suffixes`): `report -o my_suite.py`, a slip of the hand, would have replaced the suite."""
+    path = Path(output)
+    if path.is_file() and path.suffix.lower() not in suffixes:
+        raise OutputError(f"{option} {path} exists and is not a {'/'.join(suffixes)} file; it would be replaced: "
+                          "choose another file")
+
+
 def refuse_folder(output: os.PathLike | str, option: str) -> None:
     """An output that is a folder is refused before the work, not after the table is printed."""
     if Path(output).is_dir():
@@ -173,6 +182,11 @@ def check_results_output(path: os.PathLike | str, force: bool) -> Path:
     return target
 
 
+PAGE_SUFFIXES = (".html", ".htm")
+GATE_SUFFIXES = {"--markdown": (".md", ".markdown", ".txt"), "--json": (".json",)}
+"""What an existing file may be named for `report`/`history -o` and `compare`'s outputs to replace it."""
+
+
 def check_report_output(target: os.PathLike | str, inputs: Iterable[os.PathLike | str]) -> None:
     """`report -o`: never one of the results files it reads, never another results file; not '-',
     which other commands read as stdout (a page of megabytes is no terminal output)."""
@@ -181,6 +195,7 @@ def check_report_output(target: os.PathLike | str, inputs: Iterable[os.PathLike 
     refuse_input_as_output(target, inputs, "--output")
     refuse_results_file(target, "--output")
     refuse_folder(target, "--output")
+    refuse_other_kind(target, "--output", PAGE_SUFFIXES)
     check_writable_folder(Path(target).parent)
 
 
@@ -195,6 +210,7 @@ def check_gate_outputs(outputs: dict[str, os.PathLike | str | None], inputs: Ite
         refuse_input_as_output(target, inputs, option)
         refuse_results_file(target, option)
         refuse_folder(target, option)
+        refuse_other_kind(target, option, GATE_SUFFIXES.get(option, ()) or (Path(target).suffix.lower(),))
         check_writable_folder(Path(target).parent)
 
 

@@ -122,6 +122,22 @@ def test_report_refuses_to_write_over_another_results_file(tmp_path):
     assert b.read_bytes() == before
 
 
+def test_report_and_compare_refuse_to_write_over_a_file_of_another_kind(tmp_path):
+    a = save(tmp_path / "A.json", document([record()]))
+    b = save(tmp_path / "B.json", document([record()]))
+    suite_file = tmp_path / "my_suite.py"
+    suite_file.write_text("suite = None\n")
+    for args in (("report", a, "-o", suite_file), ("compare", a, b, "--markdown", suite_file),
+                 ("compare", a, b, "--json", suite_file)):
+        code, text = cli(*args)
+        one_error_line(text, code, "exists and is not a")
+    assert suite_file.read_text() == "suite = None\n"
+    page = tmp_path / "old.html"
+    page.write_text("an earlier report")
+    code, text = cli("report", a, "-o", page)
+    assert code == 0 and page.read_text() != "an earlier report"
+
+
 def test_a_link_is_written_through_and_stays_a_link(tmp_path):
     target = tmp_path / "real.html"
     target.write_text("old")
