@@ -408,7 +408,7 @@ def _require_cupti():
 def check_timer_kind(kind: str) -> None:
     """Before any GPU work: a kind that is not a timer, or `cupti` without cupti-python, is a usage error."""
     if kind not in TIMER_KINDS:
-        raise TimerUnavailable(f"--timer must be one of {', '.join(TIMER_KINDS)}, not {kind!r}")
+        raise TimerUnavailable(f"the timer must be one of {', '.join(TIMER_KINDS)}, not {kind!r}")
     if kind == "cupti":
         _require_cupti()
 

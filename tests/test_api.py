@@ -35,7 +35,7 @@ def test_bench_reports_median_bandwidth_and_percent_of_a_copy_timed_the_same_way
     ({"bytes": True}, ValueError, "bytes must be a positive whole number"),
     ({"bytes": "8000"}, ValueError, "bytes must be a positive whole number"),
     ({"bytes": 8000, "mode": "warm"}, ValueError, "mode must be one of cold, hot"),
-    ({"bytes": 8000, "timer": "stopwatch"}, Exception, "--timer must be one of"),
+    ({"bytes": 8000, "timer": "stopwatch"}, Exception, "the timer must be one of"),
     ({"bytes": 8000, "max_time": 0}, ValueError, "max_time must be a positive number"),
     ({"bytes": 8000, "noise": "0.1"}, ValueError, "noise must be a positive number"),
     ({"bytes": 8000, "gpu": "1"}, ValueError, "gpu must be a GPU index"),
@@ -172,7 +172,7 @@ def test_run_never_replaces_a_file_unless_forced_and_checks_its_output_before_an
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"timing": "warm"}, "timing must be one of cold, hot"),
-    ({"timer": "stopwatch"}, "--timer must be one of"),
+    ({"timer": "stopwatch"}, "the timer must be one of"),
     ({"gpu": "0"}, "gpu must be a GPU index"),
     ({"seed": "x"}, "seed must be a whole number"),
     ({"max_time": "1"}, "max_time must be a positive number"),

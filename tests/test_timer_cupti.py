@@ -444,7 +444,7 @@ def test_terminal_table_shows_host_cost_and_timer():
 
 
 @pytest.mark.parametrize("args,message", [
-    (("run", "softmax", "--timer", "sundial"), "--timer must be one of events, cupti, auto"),
+    (("run", "softmax", "--timer", "sundial"), "the timer must be one of events, cupti, auto"),
 ])
 def test_bad_timer_is_a_message_and_exit_code_2(args, message):
     from typer.testing import CliRunner
