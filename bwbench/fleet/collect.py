@@ -135,12 +135,14 @@ class FleetCollector:
         if not workers:
             raise NoGpuWorkers("no worker of this scheduler declares a GPU resource (start each GPU's worker "
                                "with `--resources GPU=1`)")
-        for address, facts in sorted(workers.items(), key=lambda item: str(item[1].get("name", item[0]))):
-            run = GpuRun(slot=str(facts.get("name", address)), worker=address)
-            self.runs.append(run)
-            self._submit(run, self.request)
+        # Ctrl-C is taken over before the first task is submitted: one that comes while tasks are being
+        # handed out stops those already out, rather than leaving them running on a shared cluster.
         with ctrl_c_between_polls() as ctrl_c:
             try:
+                for address, facts in sorted(workers.items(), key=lambda item: str(item[1].get("name", item[0]))):
+                    run = GpuRun(slot=str(facts.get("name", address)), worker=address)
+                    self._submit(run, self.request)
+                    self.runs.append(run)
                 while self._active():
                     self._poll()
                     self.sink.idle()
