@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -183,6 +184,25 @@ def test_a_worker_that_dies_loses_only_its_unfinished_case(tmp_path):
     assert sorted({r.case for r in doc.records if r.gpu_index == 1}) == ["cols=1024", "cols=2048", "cols=4096"]
     assert not doc.complete
     assert "lost case: softmax cols=3072 float32" in " ".join(text.split())
+    assert re.search(r"its process \d+ exited with status 3", " ".join(text.split())), text  # its nanny's word
+
+
+def test_how_a_worker_process_ended_is_read_from_its_nannys_log_line():
+    import logging
+
+    from bwbench.fleet.exits import watching_worker_exits
+
+    nanny_log = logging.getLogger("distributed.nanny")
+    with watching_worker_exits() as exits:
+        nanny_log.info("Worker process %d was killed by signal %d", 4242, 9)
+        nanny_log.info("Worker process 17 exited with status 3")
+        nanny_log.info("Worker process 18 was killed by unknown signal")
+        nanny_log.info("Restarting worker (status=running)")
+    nanny_log.info("Worker process 19 exited with status 1")  # after the run: not kept
+    assert exits.reason_for(4242) == "was killed by signal 9 (SIGKILL)"
+    assert exits.reason_for(17) == "exited with status 3"
+    assert exits.reason_for(18) == "was killed by an unknown signal"
+    assert exits.reason_for(19) is None and exits.reason_for(None) is None
 
 
 def test_a_worker_that_never_comes_back_is_reported_lost(tmp_path):

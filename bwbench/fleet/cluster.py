@@ -21,18 +21,20 @@ def local_gpu_cluster(gpus: list[tuple[int, str]]):
     before the process starts) and declaring one `GPU` resource. Workers are named gpu-N after the
     position N of their GPU, so a restarted worker is recognised. No memory limit: the nanny must not
     kill a worker for the host memory PyTorch and CUDA take. The workers leave Ctrl-C to the command
-    (bwbench.fleet.local_worker), which stops them between steps and keeps what they measured."""
+    (bwbench.fleet.local_worker), which stops them between steps and keeps what they measured.
+    Dask's warnings show (a worker restarted, a process that would not stop): a normal run has none,
+    and where a GPU is lost they say what happened around it."""
     from distributed import Nanny, Scheduler, SpecCluster
 
     workers = {
         f"gpu-{position}": {"cls": Nanny, "options": {
             "nthreads": 1, "resources": {"GPU": 1}, "memory_limit": 0,
-            "env": {"CUDA_VISIBLE_DEVICES": device}, "silence_logs": logging.ERROR,
+            "env": {"CUDA_VISIBLE_DEVICES": device}, "silence_logs": logging.WARNING,
             "preload": ["bwbench.fleet.local_worker"]}}
         for position, device in gpus
     }
     scheduler = {"cls": Scheduler, "options": {"dashboard": False, "dashboard_address": ":0", "host": "127.0.0.1"}}
-    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR, name="bwbench-fleet")
+    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="bwbench-fleet")
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..interrupts import terminate_as_interrupt
 from .request import RunRequest
@@ -49,6 +49,8 @@ class GpuRun:
     records: int = 0
     restarts: int = 0
     lost_at: float | None = None
+    pid: int | None = None
+    """The process id of the worker running the task, as the task reported it."""
 
 
 class Sink(Protocol):
@@ -116,8 +118,12 @@ class FleetCollector:
     poll_s: float = 0.2
     stop_wait_s: float = 5.0
     """After Ctrl-C, how long workers get to stop at their next step before their tasks are cancelled."""
-    restart_wait_s: float = 10.0
-    """After the last running GPU ends, how long a lost worker may take to come back."""
+    restart_wait_s: float = 30.0
+    """After the last running GPU ends, how long a lost worker may take to come back (a new process
+    that imports, connects and registers again; more than 10 s on a busy host)."""
+    exit_reason: Callable[[int | None], str | None] = lambda _pid: None
+    """How a worker process ended, by its process id, where known (fleet.exits, local clusters)."""
+    exit_grace_s: float = 2.0
     runs: list[GpuRun] = field(default_factory=list)
     interrupted: bool = False
 
@@ -128,6 +134,7 @@ class FleetCollector:
         self._queue = Queue(f"bwbench-records-{run_id}", client=self.client)
         self._stop = Event(f"bwbench-stop-{run_id}", client=self.client)
         self._run_id = run_id
+        self._gone_since: dict[tuple[str, int], float] = {}
 
     # --- the run -------------------------------------------------------------------------
     def run(self) -> list[GpuRun]:
@@ -199,7 +206,19 @@ class FleetCollector:
                 self._lose_current(run, run.error)
                 self.sink.changed(run)
         elif state == "cancelled" or not worker_alive:
-            self._lose(run, f"worker {run.worker} left the cluster (its process died or was killed)")
+            how = self.exit_reason(run.pid)
+            if how is None and self._nanny_may_still_say(run):
+                return
+            self._lose(run, f"worker {run.worker} left the cluster "
+                            + (f"(its process {run.pid} {how})" if how else "(its process died or was killed)"))
+
+    def _nanny_may_still_say(self, run: GpuRun) -> bool:
+        """The scheduler can see a worker's connection drop before its nanny logs how the process
+        ended: a reported process gets exit_grace_s for that line before the GPU is called lost."""
+        if run.pid is None:
+            return False
+        first_seen = self._gone_since.setdefault((run.slot, run.restarts), time.monotonic())
+        return time.monotonic() - first_seen < self.exit_grace_s
 
     def _lose(self, run: GpuRun, reason: str) -> None:
         self.client.cancel([run.future], force=True)
@@ -230,7 +249,9 @@ class FleetCollector:
             if run is None or event.get("attempt", 0) != run.restarts or run.status != RUNNING:
                 continue  # a task this run abandoned (its worker was given up for lost) still talking
             kind = event.get("event")
-            if kind == "environment":
+            if kind == "process":
+                run.pid = event.get("pid")
+            elif kind == "environment":
                 if run.environment is None:
                     run.environment = json.loads(event["json"])
                     self.sink.environment(run)

@@ -132,6 +132,7 @@ def _collect(request, chosen, scheduler, client, results, console, records_per_g
 
     from .cluster import SchedulerUnreachable, fleet_client
     from .collect import FleetCollector, NoGpuWorkers
+    from .exits import watching_worker_exits
 
     where = scheduler or f"a local cluster of {len(chosen)} GPU worker(s)"
     try:
@@ -140,8 +141,9 @@ def _collect(request, chosen, scheduler, client, results, console, records_per_g
                           console=console, transient=True) as progress:
                 sink = _ShowingSink(results, progress, console, records_per_gpu)
                 console.print(f"fleet run on {where}")
-                collector = FleetCollector(dask_client, request, sink)
-                collector.run()
+                with watching_worker_exits() as exits:
+                    collector = FleetCollector(dask_client, request, sink, exit_reason=exits.reason_for)
+                    collector.run()
                 return collector
     except (SchedulerUnreachable, NoGpuWorkers) as err:
         raise _StartFailed(str(err)) from None

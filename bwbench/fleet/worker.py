@@ -44,6 +44,13 @@ class RecordStream:
         self._send = lambda event: send({**event, "attempt": attempt})
         self._stop_requested = stop_requested
 
+    def process(self) -> None:
+        """Which process measures here, sent first: if it dies, its nanny's log line about how it
+        ended names this process id (fleet.exits)."""
+        import os
+
+        self._send({"slot": self.slot, "event": "process", "pid": os.getpid()})
+
     def environment(self, environment: dict[str, Any]) -> None:
         self._send({"slot": self.slot, "event": "environment", "json": json.dumps(environment)})
 
@@ -68,6 +75,7 @@ def run_on_gpu_worker(request: RunRequest, slot: str, queue_name: str, stop_name
     queue, stop = Queue(queue_name), Event(stop_name)
     stream = RecordStream(slot, queue.put, stop.is_set, attempt)
     measure = request.measure or measure_on_this_gpu
+    stream.process()
     try:
         measure(request, stream)
     except StopRequested:
