@@ -119,7 +119,7 @@ class FleetCollector:
     stop_wait_s: float = 5.0
     """After Ctrl-C, how long workers get to stop at their next step before their tasks are cancelled."""
     restart_wait_s: float = 30.0
-    """After the last running GPU ends, how long a lost worker may take to come back (a new process
+    """How long after its loss a worker may take to come back, judged once no GPU runs (a new process
     that imports, connects and registers again; more than 10 s on a busy host)."""
     exit_reason: Callable[[int | None], str | None] = lambda _pid: None
     """How a worker process ended, by its process id, where known (fleet.exits, local clusters)."""
