@@ -71,6 +71,12 @@ CREATE INDEX IF NOT EXISTS runs_by_gpu ON runs (gpu_name, created);
 """
 
 
+RESULT_COLUMNS = ("run_id", "suite", "case_id", "dtype", "impl", "kind", "status", "gbps", "median_us", "p10_us",
+                  "p90_us", "pct_copy", "pct_peak", "bytes_total", "params")
+"""The columns a record fills, named in the insert: a store that a newer bwbench gave another
+column still takes this one's records (a bare VALUES list must match every column)."""
+
+
 class StoreError(ValueError):
     """The store cannot be read or written (not a bwbench store, no such file): a one-line message."""
 
@@ -225,22 +231,27 @@ def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, 
     latest: dict[tuple[str, str, str, str], Record] = {}
     for r in document.records:
         latest[(r.suite, r.case, r.dtype, r.impl)] = r
-    with closing(connect(store_path)) as conn, conn:
-        before = conn.total_changes
-        conn.execute(
-            "INSERT OR IGNORE INTO runs (run_id, gpu_name, gpu_uuid, git_commit, created, host, copy_gbps, peak_gbps, "
-            "bwbench_version, complete, source, added, timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, env.get("gpu_name"), env.get("gpu_uuid"), env.get("git_commit"), created,
-             env.get("host"), _real(env.get("copy_gbps")), _real(env.get("peak_gbps")), env.get("bwbench_version"),
-             int(bool(document.complete)), source, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-             run_method(document)))
-        new_run = conn.total_changes > before
-        if not new_run and document.complete:
-            conn.execute("UPDATE runs SET complete = 1 WHERE run_id = ?", (run_id,))
-        before = conn.total_changes
-        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         [_result_row(run_id, r) for r in latest.values()])
-        added = conn.total_changes - before
+    with closing(connect(store_path)) as conn:
+        try:
+            with conn:
+                before = conn.total_changes
+                conn.execute(
+                    "INSERT OR IGNORE INTO runs (run_id, gpu_name, gpu_uuid, git_commit, created, host, copy_gbps, "
+                    "peak_gbps, bwbench_version, complete, source, added, timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (run_id, env.get("gpu_name"), env.get("gpu_uuid"), env.get("git_commit"), created,
+                     env.get("host"), _real(env.get("copy_gbps")), _real(env.get("peak_gbps")),
+                     env.get("bwbench_version"), int(bool(document.complete)), source,
+                     _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), run_method(document)))
+                new_run = conn.total_changes > before
+                if not new_run and document.complete:
+                    conn.execute("UPDATE runs SET complete = 1 WHERE run_id = ?", (run_id,))
+                before = conn.total_changes
+                conn.executemany(f"INSERT OR IGNORE INTO results ({', '.join(RESULT_COLUMNS)}) "
+                                 f"VALUES ({','.join('?' * len(RESULT_COLUMNS))})",
+                                 [_result_row(run_id, r) for r in latest.values()])
+                added = conn.total_changes - before
+        except sqlite3.OperationalError as err:  # another writer holds the store past the busy timeout
+            raise StoreError(f"cannot use the results store {store_path}: {err}") from None
     return AddResult(run_id, new_run, added, env.get("gpu_name"), created)
 
 

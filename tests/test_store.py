@@ -322,3 +322,35 @@ def test_history_names_the_filter_that_matches_nothing_and_what_is_stored(tmp_pa
     result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db), *args], terminal_width=400)
     assert result.exit_code == 2 and says in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_store_with_a_column_this_bwbench_does_not_know_still_takes_its_runs(tmp_path):
+    """A store a newer bwbench (or the user) gave another results column: `store import` was a
+    traceback ('table results has 16 columns but 15 values were supplied')."""
+    db = tmp_path / "h.sqlite"
+    store.add_document(run_of(20, "aaaaaaa"), db)
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("ALTER TABLE results ADD COLUMN energy_j REAL")
+        conn.execute("ALTER TABLE runs ADD COLUMN clocks TEXT")
+    result = CliRunner().invoke(app, ["store", "import", str(write(tmp_path, "r21", run_of(21, "bbbbbbb"))),
+                                      "--store", str(db)])
+    assert result.exit_code == 0 and "new run" in result.output, result.output
+    assert [r.git_commit for r in store.recent_runs(db)] == ["bbbbbbb", "aaaaaaa"]
+
+
+def test_a_store_another_writer_is_writing_to_is_one_line_not_a_traceback(tmp_path):
+    """A writer holding the store (a `bwbench run` finishing beside `store import`): the insert
+    waited out the busy timeout and raised sqlite3.OperationalError through the CLI."""
+    db = tmp_path / "h.sqlite"
+    store.add_document(run_of(20, "aaaaaaa"), db)
+    path = write(tmp_path, "r21", run_of(21, "bbbbbbb"))
+    holder = sqlite3.connect(db)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        result = CliRunner().invoke(app, ["store", "import", str(path), "--store", str(db)])
+    finally:
+        holder.rollback()
+        holder.close()
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
+    assert result.output.startswith("error: cannot use the results store") and "locked" in result.output, result.output
+    assert len(store.recent_runs(db)) == 1
