@@ -856,7 +856,7 @@ def history(
             table.add_row(Text((r.created or "—")[:16]), Text(short_commit(r.git_commit)), Text(r.gpu_name or "—"),
                           Text(short_method(r.timing)), *(Text(cell_text(r.cells.get(i), several)) for i in impls))
         console.print(table)
-        if len({r.timing for r in rows}) > 1:
+        if len({r.timing for r in rows if r.timing}) > 1:  # a run with no timed record is no other method
             console.print("these runs were timed differently (timed: +wb = write-back charged, README's \"Reading "
                           "the numbers\"): a step where that changes is the method's, not the kernels'",
                           markup=False, soft_wrap=True)

@@ -354,3 +354,23 @@ def test_a_store_another_writer_is_writing_to_is_one_line_not_a_traceback(tmp_pa
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
     assert result.output.startswith("error: cannot use the results store") and "locked" in result.output, result.output
     assert len(store.recent_runs(db)) == 1
+
+
+def test_history_says_runs_were_timed_differently_only_when_they_were(tmp_path):
+    """A run whose records all failed or were skipped has no method (nothing was timed): history
+    said the runs 'were timed differently' and put the step down to the method."""
+    db = tmp_path / "h.sqlite"
+    store.add_document(run_of(20, "aaaaaaa"), db)
+    untimed = run_of(21, "bbbbbbb")
+    untimed.records = [r for r in untimed.records if r.status != "ok"]
+    store.add_document(untimed, db)
+    store.add_document(run_of(22, "ccccccc"), db)
+    result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db)], terminal_width=300)
+    assert result.exit_code == 0 and "bbbbbbb" in result.output, result.output
+    assert "timed differently" not in result.output
+    hot = run_of(23, "ddddddd")
+    for r in hot.records:
+        r.timing = "hot"
+    store.add_document(hot, db)
+    changed = CliRunner().invoke(app, ["history", "softmax", "--store", str(db)], terminal_width=300)
+    assert changed.exit_code == 0 and "timed differently" in changed.output, changed.output
