@@ -827,18 +827,19 @@ def history(
 
         from .history import cell_text, short_commit, trend_rows, write_trend_html
         from .method import short_method
-        from .store import DEFAULT_STORE, StoreError, known_values, query_trend
+        from .store import DEFAULT_STORE, StoreError, known_values, query_trend, select_points
 
         target = store or DEFAULT_STORE
         if output is not None:  # never the store it reads, a results file or another store
             check_report_output(output, [target])
         try:
-            points = query_trend(target, suite, case, split_list(impl, "--impl"), split_list(dtype, "--dtype"), gpu)
-            stored = query_trend(target, suite)
+            impls_given, dtypes_given = split_list(impl, "--impl"), split_list(dtype, "--dtype")
+            stored = query_trend(target, suite)  # read once: filtered here, and whole for what matched nothing
             if not stored:
                 suites = known_values(target, "suite")
                 raise UsageError(f"no runs of {suite!r} in {target}; it holds {', '.join(suites) or 'nothing'}")
-            miss = _history_miss(stored, suite, case, split_list(impl, "--impl"), split_list(dtype, "--dtype"), gpu)
+            points = select_points(stored, case, impls_given, dtypes_given, gpu)
+            miss = _history_miss(stored, suite, case, impls_given, dtypes_given, gpu)
             if miss or not points:  # a name no stored run has is a typo, even beside names that match
                 raise UsageError(miss or f"no stored record of {suite} has all of these at once "
                                          "(--case/--impl/--dtype/--gpu): leave one out to see what it has")
@@ -881,7 +882,8 @@ def _history_miss(points, suite: str, cases: list[str], impls: list[str], dtypes
 
     for option, given, have in (("--impl", impls, [p.impl for p in points]), ("--dtype", dtypes, [p.dtype for p in points]),
                                 ("--gpu", [gpu] if gpu else [], [p.gpu_name for p in points])):
-        missing = [v for v in given if v not in set(have)]
+        held = set(have)
+        missing = [v for v in given if v not in held]
         if missing:
             return f"{option} {','.join(missing)}: no stored run of {suite} has it; the store holds {listed(have)}"
     for selection in cases:

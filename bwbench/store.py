@@ -325,20 +325,19 @@ def query_trend(store_path: str | Path, suite: str, cases: Sequence[str] = (), i
     axis selections ('cols=1024': every case whose cols is 1024)."""
     query = ("SELECT s.run_id, r.created, r.git_commit, r.gpu_name, r.gpu_uuid, s.suite, s.case_id, s.dtype, s.impl, "
              "s.status, s.gbps, s.median_us, s.pct_copy, s.params, s.kind, r.timing FROM results s JOIN runs r USING (run_id) "
-             "WHERE s.suite = ?")
-    args: list[Any] = [suite]
-    for column, values in (("s.impl", impls), ("s.dtype", dtypes)):
-        if values:
-            query += f" AND {column} IN ({','.join('?' * len(values))})"
-            args += list(values)
-    if gpu_name:
-        query += " AND r.gpu_name = ?"
-        args.append(gpu_name)
-    query += " ORDER BY r.created, r.added, s.case_id, s.impl"
+             "WHERE s.suite = ? ORDER BY r.created, r.added, s.case_id, s.impl")
     with closing(connect(store_path, create=False)) as conn:
-        rows = list(conn.execute(query, args))
+        rows = list(conn.execute(query, [suite]))
     points = [TrendPoint(*row[:13], params=_params(row[13]), kind=row[14], timing=row[15]) for row in rows]
-    return [p for p in points if not cases or any(case_matches(p, c) for c in cases)]
+    return select_points(points, cases, impls, dtypes, gpu_name)
+
+
+def select_points(points: Sequence[TrendPoint], cases: Sequence[str] = (), impls: Sequence[str] = (),
+                  dtypes: Sequence[str] = (), gpu_name: str | None = None) -> list[TrendPoint]:
+    """The points a trend's filters keep (an empty filter keeps all): `history` reads the suite once
+    and filters here, since it also needs the unfiltered points to say which filter matched nothing."""
+    return [p for p in points if (not impls or p.impl in impls) and (not dtypes or p.dtype in dtypes)
+            and (not gpu_name or p.gpu_name == gpu_name) and (not cases or any(case_matches(p, c) for c in cases))]
 
 
 def _params(text: str | None) -> dict[str, Any]:

@@ -374,3 +374,20 @@ def test_history_says_runs_were_timed_differently_only_when_they_were(tmp_path):
     store.add_document(hot, db)
     changed = CliRunner().invoke(app, ["history", "softmax", "--store", str(db)], terminal_width=300)
     assert changed.exit_code == 0 and "timed differently" in changed.output, changed.output
+
+
+def test_history_reads_the_store_once(tmp_path, monkeypatch):
+    """history read the suite's records twice, filtered and whole; it filters the one reading."""
+    db = tmp_path / "h.sqlite"
+    store.add_document(run_of(20, "aaaaaaa"), db)
+    store.add_document(run_of(21, "bbbbbbb", 1.4, gpu="NVIDIA H200", peak=4800.0), db)
+    reads = []
+    real = store.connect
+    monkeypatch.setattr(store, "connect", lambda *a, **k: reads.append(a) or real(*a, **k))
+    result = CliRunner().invoke(app, ["history", "softmax", "--store", str(db), "--impl", "torch", "--gpu", H100,
+                                      "--case", "cols=1024"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert len(reads) == 1
+    assert "aaaaaaa" in result.output and "bbbbbbb" not in result.output and "2,320 (80%)" in result.output
+    assert store.select_points(store.query_trend(db, "softmax"), ["cols=1024"], ["torch"], (), H100) == \
+        store.query_trend(db, "softmax", ["cols=1024"], ["torch"], (), H100)
