@@ -31,6 +31,16 @@ def _is_click_usage_error(err: BaseException) -> bool:
     return callable(getattr(err, "format_message", None)) and isinstance(getattr(err, "exit_code", None), int)
 
 
+LIST_METAVAR = "A,B"
+"""The metavar of an option whose one value is a comma-separated list (list_option): --help shows
+the shape, and an option given twice is told to join its values in one, not to pick one of them."""
+
+
+def list_option(default, *names: str, help: str):
+    """typer.Option whose value is a comma-separated list, declared by its metavar."""
+    return typer.Option(default, *names, help=help, metavar=LIST_METAVAR)
+
+
 def _repeated_option(command, args: list[str]) -> str | None:
     """What is wrong where an option of `command` that takes one value is given more than once
     (None where none is): click keeps the last silently, so `--impl mine --impl torch` measured
@@ -42,9 +52,8 @@ def _repeated_option(command, args: list[str]) -> str | None:
         if getattr(param, "param_type_name", None) == "option" and not param.is_flag:
             takes_value.update(param.opts)
             if not param.multiple:
-                listed = "omma-separated" in (param.help or "")
                 for opt in param.opts:
-                    single[opt] = (max(param.opts, key=len), listed)
+                    single[opt] = (max(param.opts, key=len), getattr(param, "metavar", None) == LIST_METAVAR)
     seen: set[str] = set()
     i = 0
     while i < len(args):
@@ -271,11 +280,11 @@ def _default_stem(suite: str, gpu_name: str) -> str:
 def run(
     ctx: typer.Context,
     suite: str = typer.Argument(..., help="Suite to run (see `bwbench list`), a suite file (./my_suite.py) or a folder of them; several as a comma-separated list (softmax,./mine.py), or `all`, go into one results file."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes, e.g. float16,bfloat16 (default: the suite's default)."),
-    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
+    dtype: Optional[str] = list_option(None, "--dtype", "-d", help="Comma-separated dtypes, e.g. float16,bfloat16 (default: the suite's default)."),
+    impl: Optional[str] = list_option(None, "--impl", "-i", help="Comma-separated implementations (default: all). The copy ceiling is always measured."),
     axis: List[str] = typer.Option([], "--axis", "-a", help="Axis values NAME=V1,V2 (repeatable). Shorthand: --NAME V1,V2, e.g. --cols 1024,4096."),
     quick: bool = typer.Option(False, "--quick", help="A smoke sweep of a few small shapes."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="A named sweep of the suite instead of its default one: `models` (shapes of real models), `odd` (non-power-of-two and prime widths), or several, comma-separated (`odd,models`); `bwbench list` shows each suite's presets."),
+    preset: Optional[str] = list_option(None, "--preset", help="A named sweep of the suite instead of its default one: `models` (shapes of real models), `odd` (non-power-of-two and prime widths), or several, comma-separated (`odd,models`); `bwbench list` shows each suite's presets."),
     timing: str = typer.Option("cold", "--timing", help="cold: L2 flushed before every sample (default); hot: back-to-back launches replayed from a CUDA graph."),
     timer: str = typer.Option("auto", "--timer", help="Clock of cold samples: cupti (kernel and copy times from CUPTI; needs the cupti extra, cupti-python 13.0.x), events (CUDA events around each call, which add about 2 µs), auto (cupti where it works, else events; default)."),
     max_time: float = typer.Option(1.0, "--max-time", help="Seconds of sampling per measurement before giving up on the noise target."),
@@ -294,7 +303,7 @@ def run(
     no_store: bool = typer.Option(False, "--no-store", help="Do not add the run to the results store."),
     force: bool = typer.Option(False, "--force", help="Replace the files of an existing --name (never the --baseline file)."),
     allow_partial: bool = typer.Option(False, "--allow-partial", help="Gate: let invalid numbers and an interrupted baseline pass (reported, exit 0)."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="Fleet run: `all` or 0,1,... GPUs of this host, one Dask worker each, merged into one results file with a health check (needs bwbench\\[fleet])."),
+    gpus: Optional[str] = list_option(None, "--gpus", help="Fleet run: `all` or 0,1,... GPUs of this host, one Dask worker each, merged into one results file with a health check (needs bwbench\\[fleet])."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Fleet run on every GPU worker (--resources GPU=1) of the Dask scheduler at this address, e.g. tcp://HOST:8786."),
     fail_on_outlier: bool = typer.Option(False, "--fail-on-outlier", help="Fleet run: exit 1 when a GPU is more than --outlier-threshold below the fleet median."),
     outlier_threshold: str = typer.Option("5%", "--outlier-threshold", help="Fleet run: how far below the fleet median (copy bandwidth, optimized % of copy) flags a GPU."),
@@ -562,9 +571,9 @@ def info(
 def report_cmd(
     files: List[Path] = typer.Argument(..., help="Results JSON files (one run, or several to compare)."),
     output: Path = typer.Option(None, "--output", "-o", help="HTML file to write (default: next to the first results file)."),
-    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Comma-separated suites to show (default: all in the files)."),
-    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to show (the copy ceiling always stays)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes to show."),
+    suite: Optional[str] = list_option(None, "--suite", "-s", help="Comma-separated suites to show (default: all in the files)."),
+    impl: Optional[str] = list_option(None, "--impl", "-i", help="Comma-separated implementations to show (the copy ceiling always stays)."),
+    dtype: Optional[str] = list_option(None, "--dtype", "-d", help="Comma-separated dtypes to show."),
     title: Optional[str] = typer.Option(None, "--title", help="Page title (default: the suites shown)."),
 ):
     """Build the HTML report from results files (no GPU needed): a summary first, then a section per suite and dtype."""
@@ -598,7 +607,7 @@ def report_cmd(
 def profile(
     ctx: typer.Context,
     suite: str = typer.Argument(..., help="Suite to profile (see `bwbench list`), or a suite file."),
-    impl: str = typer.Option(..., "--impl", "-i", help="Comma-separated implementations to profile."),
+    impl: str = list_option(..., "--impl", "-i", help="Comma-separated implementations to profile."),
     case: List[str] = typer.Option([], "--case", "-c", help="Axis value NAME=VALUE (repeatable), e.g. --case cols=4096. Shorthand: --cols 4096. Unnamed axes take the suite's first value."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="dtype (default: the suite's default)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
@@ -680,7 +689,7 @@ def compare(
     markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write a markdown summary (for a CI job summary) to this file ('-' for stdout; the table then goes to stderr)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the verdicts as JSON to this file ('-' for stdout; the table then goes to stderr)."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged records too."),
-    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
+    impl: Optional[str] = list_option(None, "--impl", "-i", help="Comma-separated implementations to judge (default: all); e.g. optimized, so that drift in a baseline library does not fail the gate."),
     allow_partial: bool = typer.Option(False, "--allow-partial", help="Let invalid numbers (NaN, infinite, negative or zero GB/s) and a run that stopped early pass the gate (still reported)."),
     min_bytes: str = typer.Option("0", "--min-bytes", help="Leave out records that move fewer bytes, e.g. 64MB: cases of a few microseconds drift between runs by more than --max-drop."),
     against_store: bool = typer.Option(False, "--against-store", help="Judge the one results file given against the median of recent runs of the same GPU model in the results store."),
@@ -813,8 +822,8 @@ def store_import(
 def history(
     suite: str = typer.Argument(..., help="Suite whose history to show."),
     case: List[str] = typer.Option([], "--case", "-c", help="A case id (rows=4096,cols=1024) or an axis selection (cols=1024); repeatable. Default: every case, as a geometric mean."),
-    impl: Optional[str] = typer.Option(None, "--impl", "-i", help="Comma-separated implementations (default: all)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", "-d", help="Comma-separated dtypes (default: all)."),
+    impl: Optional[str] = list_option(None, "--impl", "-i", help="Comma-separated implementations (default: all)."),
+    dtype: Optional[str] = list_option(None, "--dtype", "-d", help="Comma-separated dtypes (default: all)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Only runs on this GPU model (its full name, e.g. 'NVIDIA H100 80GB HBM3')."),
     store: Path = typer.Option(None, "--store", help="Results store (default: reports/bwbench-history.sqlite)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the trend as an HTML chart to this file."),

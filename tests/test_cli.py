@@ -220,6 +220,24 @@ def test_a_one_value_option_given_twice_is_refused_not_the_last_one_kept(args, o
     assert len(result.output.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, hint", [
+    (["run", "softmax", "--gpus", "0", "--gpus", "1", "--dry-run"], "--gpus a,b"),  # help says "0,1,...", not the phrase
+    (["report", "a.json", "-s", "softmax", "--suite", "layer_norm"], "--suite a,b"),
+    (["history", "softmax", "--dtype", "float16", "--dtype", "bfloat16"], "--dtype a,b"),
+    (["compare", "a.json", "b.json", "--max-drop", "5%", "--max-drop", "1%"], None),
+])
+def test_a_list_option_given_twice_is_told_to_join_its_values(args, hint):
+    """Whether an option takes a list was guessed from 'omma-separated' in its help text: --gpus,
+    whose help says '0,1,...', got no hint; the option now declares it (its metavar, shown in --help)."""
+    result = invoke(*args)
+    assert result.exit_code == 2 and "given twice" in result.output, result.output
+    assert (hint in result.output) if hint else ("comma-separated" not in result.output)
+
+
+def test_list_options_show_their_shape_in_help():
+    assert "A,B" in " ".join(invoke("history", "--help").output.split())
+
+
 def test_repeatable_options_and_a_value_that_looks_like_an_option_still_work():
     assert invoke("run", "softmax", "--axis", "cols=1024", "--axis", "rows=64", "--dry-run").exit_code == 0
     result = invoke("run", "softmax", "--impl", "torch", "--name", "--impl", "--dry-run")
