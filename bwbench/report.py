@@ -87,6 +87,7 @@ td.up { background: #e3f4e3; } td.down { background: #fbe3e3; }
 .selector { margin: 0.3em 0; font-size: 0.9em; }
 details { margin: 0.3em 0; } summary { cursor: pointer; color: #234; }
 nav#contents ul { columns: 3 16em; margin: 0.3em 0; padding-left: 1.2em; }
+#summary th, nav#contents li { overflow-wrap: anywhere; }
 #summary .lead { font-size: 1.02em; margin: 0.3em 0; }
 ul.failures li { margin: 0.15em 0; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.92em; }

@@ -241,7 +241,8 @@ def chromium_command(binary: str, profile: Path) -> list[str]:
 
 def render_in_chromium(page_path: Path, tmp_path: Path, width: int = 1400) -> dict:
     """Open the page in headless Chromium and read back what it drew: page height and width, where the
-    summary ends, how many charts plotly drew, and the page's own JavaScript error list."""
+    summary ends, how far the summary's tables and the contents' entries overflow their boxes, how
+    many charts plotly drew, and the page's own JavaScript error list."""
     binary = find_chromium()
     if binary is None:
         pytest.skip("no chromium binary found (shutil.which('chromium') and /usr/bin/chromium)")
@@ -250,6 +251,8 @@ def render_in_chromium(page_path: Path, tmp_path: Path, width: int = 1400) -> di
              " var p = document.createElement('pre'); p.id = 'probe';"
              " p.textContent = JSON.stringify({height: d.scrollHeight, width: d.scrollWidth,"
              " summaryBottom: t ? t.getBoundingClientRect().bottom : -1,"
+             " overflow: Array.prototype.map.call(document.querySelectorAll('#summary .scroll, nav#contents li'),"
+             " function (e) { return e.scrollWidth - e.clientWidth; }),"
              " drawn: document.querySelectorAll('.main-svg').length,"
              " state: document.body.getAttribute('data-charts'), errors: window.__bwbenchErrors});"
              " document.body.appendChild(p); }, 8000);</script>")
@@ -509,3 +512,20 @@ def test_files_of_one_gpu_with_different_suites_are_one_run():
     assert len(docs[0].records) == 2 * len(h100.records)
     assert {r.suite for r in docs[0].records} == {"softmax", "log_softmax"}
     assert docs[1] is again and docs[2] is h200
+
+
+def test_long_names_keep_the_summary_on_the_first_screen(tmp_path: Path):
+    """A long suite name pushed the summary's columns past the screen (the implementation under test
+    behind a scroll bar), and long names in the contents ran over each other."""
+    doc = make_document()
+    suite = "my_company_fused_attention_softmax_with_causal_mask_and_dropout_v2_experimental_variant"
+    for r in doc.records:
+        r.suite = suite
+        if r.impl == "compiled":
+            r.impl = "optimized_two_pass_vectorized_kernel_with_async_copy_and_warp_shuffle_reduce"
+    doc.suites = {suite: doc.suites["softmax"]}
+    page = tmp_path / "long.html"
+    report.write_report([("H100", doc)], page)
+    seen = render_in_chromium(page, tmp_path)
+    assert seen["overflow"] and max(seen["overflow"]) <= 0, seen["overflow"]
+    assert 0 < seen["summaryBottom"] <= 900 and seen["width"] <= 1400, seen
