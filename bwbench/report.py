@@ -77,6 +77,7 @@ td.missing, table.cases td.missing { color: #aaa; text-align: center; }
 td.up { background: #e3f4e3; } td.down { background: #fbe3e3; }
 .scroll { max-width: 100%; overflow-x: auto; }
 .throttled { color: #b36b00; font-size: 0.85em; white-space: nowrap; }
+.inexact { color: #8a2be2; font-size: 0.85em; white-space: nowrap; }
 .notice { background: #fff4d6; border: 1px solid #e0b400; padding: 0.4em 0.8em; margin: 0.5em 0; }
 .tables { display: flex; flex-wrap: wrap; gap: 1.5em; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 0.8em; }
@@ -768,7 +769,7 @@ def _impl_cells(record: Record | None, impl: str, baseline: Record | None, maske
         return f"<td class=\"skipped\" colspan=\"{span}\" title=\"{esc(record.reason or 'no reason recorded')}\">skipped</td>"
     if not is_plottable(record):  # a hand-edited or cut file: no speed shown as if measured
         return f"<td class=\"failed\" colspan=\"{span}\" title=\"GB/s is {esc(record.gbps)}\">invalid</td>"
-    gbps = f"{_gbps_text(record.gbps)}{_throttle_html(record)}"
+    gbps = f"{_gbps_text(record.gbps)}{_throttle_html(record)}{_inexact_html(record)}"
     detail = esc(cell_detail(record))
     if impl == COPY_IMPL:
         return f"<td title=\"{detail}\">{gbps}</td>"
@@ -801,16 +802,25 @@ def _throttle_html(record: Record) -> str:
     return f" <span class=\"throttled\" title=\"{esc(note)}\">⚠ throttled</span>" if note else ""
 
 
+def _inexact_html(record: Record) -> str:
+    """A baseline timed although its result was outside tolerance: its speed stands, marked, as the
+    console marks it, so a speedup over it is not read as one over a right result."""
+    if not record.inexact:
+        return ""
+    return f" <span class=\"inexact\" title=\"{esc(record.reason or 'outside tolerance')}\">inexact</span>"
+
+
 def _problem_lists(runs) -> str:
-    """Failed records with their reasons (always shown), skipped ones folded away; a record that
-    failed or was skipped the same way in several runs is listed once, with the runs named."""
+    """Failed records with their reasons (always shown), inexact baselines and skipped records
+    folded away; a record that failed or was skipped the same way in several runs is listed once,
+    with the runs named."""
     multi = len(runs) > 1
     out = []
-    for status, heading in (("failed", "Failed"), ("skipped", "Skipped")):
+    for status, heading in (("failed", "Failed"), ("inexact", "Inexact baselines"), ("skipped", "Skipped")):
         merged: dict[tuple[str, str, str], list[str]] = {}
         for label, _doc, recs in runs:
             for r in recs:
-                if r.status == status:
+                if r.status == status or (status == "inexact" and r.status == "ok" and r.inexact):
                     merged.setdefault((r.impl, r.case, r.reason or "no reason recorded"), []).append(label)
         if not merged:
             continue
@@ -820,7 +830,7 @@ def _problem_lists(runs) -> str:
         if status == "failed":
             out.append(f"<h3>Failed ({len(merged)})</h3><ul class=\"failures\">{items}</ul>")
         else:
-            out.append(f"<details><summary>Skipped ({len(merged)})</summary><ul class=\"skips\">{items}</ul></details>")
+            out.append(f"<details><summary>{heading} ({len(merged)})</summary><ul class=\"skips\">{items}</ul></details>")
     return "\n".join(out)
 
 

@@ -529,3 +529,15 @@ def test_long_names_keep_the_summary_on_the_first_screen(tmp_path: Path):
     seen = render_in_chromium(page, tmp_path)
     assert seen["overflow"] and max(seen["overflow"]) <= 0, seen["overflow"]
     assert 0 < seen["summaryBottom"] <= 900 and seen["width"] <= 1400, seen
+
+
+def test_an_inexact_baseline_is_marked_in_the_report():
+    """A baseline outside tolerance is timed and recorded `inexact`; the console said so, the report
+    showed its GB/s (and speedups over it) as if its result were right."""
+    doc = make_document()
+    torch = next(r for r in doc.records if r.impl == "torch" and r.case.endswith("cols=1024"))
+    torch.inexact, torch.reason = True, "inexact baseline (max_abs_err 0.031 > tolerance)"
+    page = report.render_html([("H100", doc)])
+    assert page.count('class="inexact"') == 1 and "inexact baseline (max_abs_err 0.031 &gt; tolerance)" in page
+    assert "Inexact baselines (1)" in page
+    assert 'class="inexact"' not in report.render_html([("H100", make_document())])
