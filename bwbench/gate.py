@@ -236,8 +236,11 @@ def compare_runs(baseline: RunDocument, current: RunDocument, max_drop: float, i
     cur = {record_key(r): r for r in current.records}
     keys = list(dict.fromkeys([*base, *cur]))
     if not {k for k in set(base) & set(cur) if include_copy or k[3] != COPY_IMPL}:  # the copy alone judges nothing
+        held = holdings(baseline), holdings(current)
+        if held[0] == held[1]:  # the same suites and implementations: the cases differ, so name some
+            held = tuple(f"{h} [e.g. {example_cases(d)}]" for h, d in zip(held, (baseline, current)))
         raise GateInputError("the two runs have no (suite, case, dtype, implementation) in common: the baseline "
-                             f"has {holdings(baseline)}, the current run {holdings(current)}")
+                             f"has {held[0]}, the current run {held[1]}")
     def big_enough(key) -> bool:
         sizes = [r.bytes_total for r in (base.get(key), cur.get(key)) if r is not None and r.bytes_total]
         return not min_bytes or not sizes or max(sizes) >= min_bytes
@@ -262,6 +265,12 @@ def holdings(document: RunDocument) -> str:
     suites, dtypes, impls = (list(dict.fromkeys(getattr(r, a) for r in records)) for a in ("suite", "dtype", "impl"))
     cases = len({(r.suite, r.case) for r in records})
     return f"{', '.join(suites)} ({', '.join(dtypes)}; {', '.join(impls)}; {cases} cases)"
+
+
+def example_cases(document: RunDocument, count: int = 2) -> str:
+    """A run's first cases, for a message where two runs hold the same suites but other cases."""
+    cases = list(dict.fromkeys(r.case for r in document.records if r.impl != COPY_IMPL))
+    return "; ".join(cases[:count]) + (f"; {len(cases) - count} more" if len(cases) > count else "")
 
 
 def run_state(document: RunDocument) -> str:

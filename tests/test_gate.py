@@ -420,3 +420,17 @@ def test_compare_names_the_two_runs_it_compared(tmp_path):
     assert payload["baseline"] == {"source": str(tmp_path / "base.json"), "gpu": "GPU A",
                                    "created": "2026-01-01T00:00:00", "commit": "a" * 40}
     assert payload["current"]["commit"] is None and payload["current"]["created"] == "2026-01-02T00:00:00"
+
+
+def test_runs_of_the_same_suite_on_other_cases_say_which_cases_they_hold():
+    """Two runs of softmax at other row counts: 'the baseline has softmax (float16; ...; 11 cases),
+    the current run softmax (float16; ...; 11 cases)', the same words twice and the cause unsaid."""
+    base = softmax_run(1)
+    other = copy.deepcopy(softmax_run(2))
+    for r in other.records:
+        r.case = r.case.replace("rows=49152", "rows=8")
+    with pytest.raises(GateInputError, match="in common") as err:
+        compare_runs(base, other, 0.05)
+    message = str(err.value)
+    assert "11 cases) [e.g. rows=49152,cols=32; rows=49152,cols=64; 9 more]" in message
+    assert "[e.g. rows=8,cols=32; rows=8,cols=64; 9 more]" in message
