@@ -373,3 +373,58 @@ def test_a_scheduler_nobody_runs_is_exit_2(monkeypatch, tmp_path):
     assert code == 2 and "no Dask scheduler answers" in output
     assert not (tmp_path / "new").exists(), "nothing ran: no folder is left behind"
     assert not list(tmp_path.iterdir())
+
+
+@contextmanager
+def a_server_that_is_not_a_scheduler(answer: bytes | None):
+    """A TCP server on this host that accepts connections and then says `answer` (None: nothing)."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed
+                return
+            held.append(conn)
+            if answer:
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def _invoke_within(seconds, *args):
+    """invoke(), failing the test instead of hanging it when the command does not end."""
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(invoke(*args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"`bwbench {' '.join(args)}` still runs after {seconds} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("answer,message", [
+    (None, "nothing answered"),  # Dask's own Client waits for ever here
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n" * 10, "does not speak Dask's protocol"),  # and fails with a traceback here
+])
+def test_a_server_that_is_not_a_scheduler_is_exit_2(monkeypatch, tmp_path, answer, message):
+    monkeypatch.setattr("bwbench.fleet.cluster.CONNECT_TIMEOUT", "1s")
+    with a_server_that_is_not_a_scheduler(answer) as address:
+        code, output = _invoke_within(60, "run", "softmax", "--quick", "--scheduler", address, "--out", str(tmp_path / "new"))
+    assert code == 2 and message in output and "Traceback" not in output, output
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_worker_address_given_as_the_scheduler_is_exit_2(three_fake_gpus, tmp_path):
+    worker = next(iter(three_fake_gpus.scheduler_info()["workers"]))
+    code, output = _invoke_within(60, "run", "softmax", "--quick", "--scheduler", worker, "--out", str(tmp_path / "new"))
+    assert code == 2 and "a Dask Worker answers there, not a Dask scheduler" in output, output

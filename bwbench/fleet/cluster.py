@@ -37,12 +37,49 @@ def local_gpu_cluster(gpus: list[tuple[int, str]]):
     return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, name="bwbench-fleet")
 
 
+def check_scheduler(address: str) -> None:
+    """Ask what answers at `address`, within CONNECT_TIMEOUT, before a Client connects: Dask's Client
+    waits forever on a server that accepts the connection and never speaks, and fails with a traceback
+    (an allocation of exabytes, a TypeError) where a web server or a Dask worker answers."""
+    import asyncio
+
+    from dask.utils import parse_timedelta
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    timeout = parse_timedelta(CONNECT_TIMEOUT)
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity"})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(identity(), 2 * timeout))  # connect's own error first
+    except asyncio.TimeoutError:
+        raise SchedulerUnreachable(f"--scheduler {address}: no Dask scheduler answers there (a connection was "
+                                   f"accepted but nothing answered within {2 * timeout:g} s)") from None
+    except (OSError, ValueError) as err:  # no server, a bad address
+        raise SchedulerUnreachable(f"--scheduler {address}: no Dask scheduler answers there ({err})") from None
+    except Exception as err:  # noqa: BLE001 - a server that answers something Dask cannot read
+        raise SchedulerUnreachable(f"--scheduler {address}: what answers there does not speak Dask's protocol "
+                                   f"({type(err).__name__})") from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise SchedulerUnreachable(f"--scheduler {address}: {'a Dask ' + str(kind) if kind else 'something'} answers "
+                                   "there, not a Dask scheduler (its address is the one `dask scheduler` prints)")
+
+
 @contextmanager
 def fleet_client(gpus: list[tuple[int, str]] | None = None, scheduler: str | None = None) -> Iterator:
     """A client of the scheduler at `scheduler`, or of a fresh local cluster over `gpus` (closed on exit)."""
     from distributed import Client
 
     if scheduler:
+        check_scheduler(scheduler)
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as err:
