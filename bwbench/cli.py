@@ -367,7 +367,7 @@ def run(
                                      quick=quick, preset=preset, timing=timing, max_time=max_time, noise=noise,
                                      min_samples=min_samples, seed=seed, copy_bytes=copy_bytes, timer=timer)
         raise typer.Exit(_guard(lambda: run_fleet(
-            request, FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold), FleetOutput(out, name, report),
+            request, FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold), FleetOutput(out, name, report, force),
             {"suite": suite, "dtype": dtype, "impl": impl, "axes": request.axes, "quick": quick, "preset": preset, "timing": timing, "timer": timer,
              "max_time": max_time, "noise": noise, "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
             {p.suite.name: p.suite.describe() for p in plans}, console,

@@ -87,7 +87,8 @@ def fake_gpu_cluster(count: int):
                for i in range(count)}
     scheduler = {"cls": Scheduler, "options": {"dashboard": False, "dashboard_address": ":0"}}
     with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as client:
-        client.wait_for_workers(count, timeout=30)
+        if count:
+            client.wait_for_workers(count, timeout=30)
         yield client
 
 
@@ -428,3 +429,31 @@ def test_a_worker_address_given_as_the_scheduler_is_exit_2(three_fake_gpus, tmp_
     worker = next(iter(three_fake_gpus.scheduler_info()["workers"]))
     code, output = _invoke_within(60, "run", "softmax", "--quick", "--scheduler", worker, "--out", str(tmp_path / "new"))
     assert code == 2 and "a Dask Worker answers there, not a Dask scheduler" in output, output
+
+
+def invoke_on(monkeypatch, client, fake, *args):
+    """`bwbench run softmax --quick --scheduler given ARGS` on the cluster of `client`, each worker
+    measuring with `fake`."""
+    @contextmanager
+    def given(*_args, **_kwargs):
+        yield client
+
+    monkeypatch.setattr("bwbench.fleet.cluster.fleet_client", given)
+    monkeypatch.setattr("bwbench.fleet.worker.measure_on_this_gpu", fake)  # the workers are threads of this process
+    return invoke("run", "softmax", "--quick", "--scheduler", "given", "--no-report", *args)
+
+
+def test_force_replaces_the_files_of_an_existing_name(three_fake_gpus, monkeypatch, tmp_path):
+    out = ("--out", str(tmp_path), "--name", "burnin")
+    code, output = invoke_on(monkeypatch, three_fake_gpus, FakeGpus(cases=1), *out)
+    assert code == 0, output
+    code, output = invoke_on(monkeypatch, three_fake_gpus, FakeGpus(cases=2), *out)
+    assert code == 2 and "--force" in output  # never replaced without it
+    code, output = invoke_on(monkeypatch, three_fake_gpus, FakeGpus(cases=2), *out, "--force")
+    assert code == 0, output
+    assert len(read_document(tmp_path / "burnin.json").records) == 3 * 2 * 3
+    assert len((tmp_path / "burnin.csv").read_text().splitlines()) == 1 + 3 * 2 * 3
+    with fake_gpu_cluster(0) as no_gpus:  # a run that cannot start leaves the files it would have replaced
+        code, output = invoke_on(monkeypatch, no_gpus, FakeGpus(cases=2), *out, "--force")
+    assert code == 2 and "no worker of this scheduler declares a GPU" in output, output
+    assert len(read_document(tmp_path / "burnin.json").records) == 3 * 2 * 3

@@ -32,6 +32,8 @@ class FleetOutput:
     out: Path
     name: str | None = None
     report: bool = True
+    force: bool = False
+    """Replace the files of an existing --name (as `bwbench run --force`)."""
 
 
 def suite_reference(suite) -> str:
@@ -96,7 +98,7 @@ def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, r
     from ..outputs import make_folder, results_stem
 
     default = f"{'-'.join(suites) or 'fleet'}-fleet-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    stem = results_stem(output.out, output.name, default, False, ())
+    stem = results_stem(output.out, output.name, default, output.force, ())
     made_folder = not output.out.exists()
     make_folder(output.out)
     paths = {ext: output.out / f"{stem}.{ext}" for ext in ("json", "csv", "html")}
@@ -104,13 +106,12 @@ def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, r
                                                "outlier_threshold": threshold}}
     from .merge import FleetResults
 
-    results = FleetResults(paths["json"], options_record, suites)
+    results = FleetResults(paths["json"], options_record, suites, replace=output.force)
     try:
         collector = _collect(request, chosen, options.scheduler, client, results, console, records_per_gpu)
     except _StartFailed as err:
         console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
-        paths["json"].unlink(missing_ok=True)  # nothing ran: leave no empty results behind, nor a new folder
-        if made_folder:
+        if made_folder:  # nothing ran, so nothing was written (the results file comes with a GPU's first news)
             try:
                 output.out.rmdir()
             except OSError:  # something else is in it now
