@@ -457,3 +457,17 @@ def test_force_replaces_the_files_of_an_existing_name(three_fake_gpus, monkeypat
         code, output = invoke_on(monkeypatch, no_gpus, FakeGpus(cases=2), *out, "--force")
     assert code == 2 and "no worker of this scheduler declares a GPU" in output, output
     assert len(read_document(tmp_path / "burnin.json").records) == 3 * 2 * 3
+
+
+def test_ctrl_c_before_any_gpu_started_writes_nothing(monkeypatch, tmp_path):
+    @contextmanager
+    def starting(*_args, **_kwargs):  # Ctrl-C while the local cluster starts its workers
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr("bwbench.fleet.cluster.fleet_client", starting)
+    code, output = invoke("run", "softmax", "--quick", "--scheduler", "given", "--out", str(tmp_path / "new"),
+                          "--name", "burnin")
+    assert code == 130 and "interrupted" in output and "Traceback" not in output, output
+    assert "burnin.json" not in output  # no file is named that does not exist
+    assert not (tmp_path / "new").exists()

@@ -111,14 +111,24 @@ def run_fleet(request: RunRequest, options: FleetOptions, output: FleetOutput, r
         collector = _collect(request, chosen, options.scheduler, client, results, console, records_per_gpu)
     except _StartFailed as err:
         console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
-        if made_folder:  # nothing ran, so nothing was written (the results file comes with a GPU's first news)
-            try:
-                output.out.rmdir()
-            except OSError:  # something else is in it now
-                pass
+        _leave_no_folder(output.out, made_folder)
         return EXIT_USAGE
+    if collector is None and not results.reported:  # Ctrl-C while the cluster was starting
+        console.print("[yellow]interrupted[/] before any GPU reported: nothing measured, no file written")
+        _leave_no_folder(output.out, made_folder)
+        return EXIT_INTERRUPTED
     interrupted = collector is None or collector.interrupted
     return _conclude(results, collector, interrupted, threshold, options, output, paths, console, apply_gates)
+
+
+def _leave_no_folder(folder: Path, made: bool) -> None:
+    """Nothing ran, so nothing was written (the results file comes with a GPU's first news): a folder
+    this run made goes again."""
+    if made:
+        try:
+            folder.rmdir()
+        except OSError:  # something else is in it now
+            pass
 
 
 class _StartFailed(Exception):

@@ -49,6 +49,11 @@ class FleetResults:
         self._unwritten = False
 
     @property
+    def reported(self) -> bool:
+        """Whether any GPU worker has reported (only then is there a results file to finish)."""
+        return bool(self._runs)
+
+    @property
     def writer(self) -> ResultsWriter:
         if self._writer is None:
             self._writer = ResultsWriter(self.path, self.document, replace=self.replace)
@@ -88,7 +93,7 @@ class FleetResults:
             self._unwritten = False
 
     def finish(self, interrupted: bool, health: dict[str, Any] | None) -> None:
-        if self._writer is None and not self._runs:
+        if self._writer is None and not self.reported:
             return  # no GPU ever reported: nothing to keep
         self.document.health = health
         self.writer.finish(interrupted=interrupted)
