@@ -320,7 +320,7 @@ def test_sigterm_on_the_command_stops_the_fleet_as_ctrl_c_does(three_fake_gpus, 
 
 def test_gpu_selection():
     assert parse_gpu_selection("all") == ALL and parse_gpu_selection(" 0, 2") == [0, 2]
-    for bad in ("", "0,x", "1,1", "-1", "0;1"):
+    for bad in ("", "0,x", "1,1", "-1", "0;1", "0,1²"):
         with pytest.raises(GpuSelectionError):
             parse_gpu_selection(bad)
     assert choose_gpus(ALL, ["GPU-a", "GPU-b"]) == [(0, "GPU-a"), (1, "GPU-b")]
@@ -338,6 +338,7 @@ def invoke(*args):
 
 @pytest.mark.parametrize("args,message", [
     (("--gpus", "0,x"), "--gpus takes `all` or GPU numbers"),
+    (("--gpus", "²"), "--gpus takes `all` or GPU numbers"),
     (("--gpus", "1,1"), "names a GPU twice"),
     (("--gpus", "0", "--scheduler", "tcp://h:8786"), "with --scheduler every GPU worker"),
     (("--gpus", "all", "--outlier-threshold", "lots"), "--outlier-threshold"),

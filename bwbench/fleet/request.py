@@ -61,7 +61,7 @@ def parse_gpu_selection(text: str) -> str | list[int]:
     if value.lower() == ALL:
         return ALL
     parts = [p.strip() for p in value.split(",")]
-    if not value or any(not p.isdigit() for p in parts):
+    if not value or any(not (p.isascii() and p.isdigit()) for p in parts):  # "²".isdigit(), but no int
         raise GpuSelectionError(f"--gpus takes `all` or GPU numbers such as 0,1,3 (got {text!r})")
     numbers = [int(p) for p in parts]
     if len(set(numbers)) != len(numbers):
