@@ -43,6 +43,7 @@ class FakeGpus:
     pct_copy: dict[int, float] = field(default_factory=dict)
     die_at: dict[int, int] = field(default_factory=dict)
     hang_at: dict[int, int] = field(default_factory=dict)
+    stall_at: dict[int, int] = field(default_factory=dict)
 
     def __call__(self, request, stream):
         from distributed import get_worker
@@ -63,6 +64,9 @@ class FakeGpus:
             time.sleep(self.delay_s)
             if self.die_at.get(index) == number:
                 os._exit(3)
+            while self.stall_at.get(index) == number:
+                stream.check_stop()
+                time.sleep(0.05)
             if self.hang_at.get(index) == number:
                 worker.loop.add_callback(worker.close, executor_wait=False)
                 time.sleep(3)
@@ -233,6 +237,9 @@ class InterruptAfter:
 
     def changed(self, run):
         self.inner.changed(run)
+
+    def quiet(self, run, seconds):
+        self.inner.quiet(run, seconds)
 
     def idle(self):
         self.inner.idle()
@@ -472,3 +479,43 @@ def test_ctrl_c_before_any_gpu_started_writes_nothing(monkeypatch, tmp_path):
     assert code == 130 and "interrupted" in output and "Traceback" not in output, output
     assert "burnin.json" not in output  # no file is named that does not exist
     assert not (tmp_path / "new").exists()
+
+
+class InterruptWhenQuiet(InterruptAfter):
+    """A sink that is Ctrl-C'd once `slot` is said to be silent (other slots' silences are noted)."""
+
+    def __init__(self, inner, slot: str):
+        super().__init__(inner, 0)
+        self.slot, self.told = slot, []
+
+    def quiet(self, run, seconds):
+        self.inner.quiet(run, seconds)
+        self.told.append((run.slot, dict(run.current or {})))
+        if run.slot == self.slot:
+            raise KeyboardInterrupt
+
+
+def test_a_gpu_that_sends_nothing_is_named_and_ctrl_c_still_stops_the_run(tmp_path):
+    from rich.console import Console
+
+    from bwbench.fleet.collect import FleetCollector
+    from bwbench.fleet.command import _ShowingSink
+    from bwbench.fleet.merge import FleetResults
+
+    console = Console(record=True, width=200)
+    results = FleetResults(tmp_path / "quiet.json", {}, {})
+    shown = _ShowingSink(results, __import__("rich.progress").progress.Progress(console=console), console, 12)
+    sink = InterruptWhenQuiet(shown, "fake-1")
+    request = RunRequest(suites=("softmax",), measure=FakeGpus(cases=3, stall_at={1: 1}))
+    with fake_gpu_cluster(2) as client:
+        collector = FleetCollector(client, request, sink, quiet_s=0.5)
+        runs = collector.run()
+    results.finish(interrupted=True, health=None)
+    assert ("fake-1", {"key": case_key("softmax", "cols=2048", "float32"), "suite": "softmax", "case": "cols=2048",
+                       "dtype": "float32"}) in sink.told
+    text = " ".join(console.export_text().split())
+    assert "no news from GPU 1 (Fake GPU, GPU-fake-1, fakehost) for" in text
+    assert "still in softmax cols=2048 float32" in text and "Ctrl-C stops the run" in text
+    assert collector.interrupted and {r.slot: r.status for r in runs} == {"fake-0": "done", "fake-1": "stopped"}
+    kept = read_document(tmp_path / "quiet.json")
+    assert len([r for r in kept.records if r.gpu_index == 1]) == 3  # its first case is kept

@@ -51,6 +51,9 @@ class GpuRun:
     lost_at: float | None = None
     pid: int | None = None
     """The process id of the worker running the task, as the task reported it."""
+    news_at: float = field(default_factory=time.monotonic)
+    """When the worker last sent anything (or its task was submitted)."""
+    quiet_told: bool = False
 
 
 class Sink(Protocol):
@@ -61,6 +64,9 @@ class Sink(Protocol):
     def records(self, run: GpuRun, rows: list[dict[str, Any]]) -> None: ...
 
     def changed(self, run: GpuRun) -> None: ...
+
+    def quiet(self, run: GpuRun, seconds: float) -> None:
+        """A running GPU has sent nothing for `seconds` (said once per silence)."""
 
     def idle(self) -> None:
         """Called after every poll: a moment to write what arrived."""
@@ -124,6 +130,9 @@ class FleetCollector:
     exit_reason: Callable[[int | None], str | None] = lambda _pid: None
     """How a worker process ended, by its process id, where known (fleet.exits, local clusters)."""
     exit_grace_s: float = 2.0
+    quiet_s: float = 300.0
+    """How long a running GPU may send nothing before the run says so: a case this long is rare, a
+    hung kernel or driver, or a worker busy with another run's task, sends nothing for ever."""
     runs: list[GpuRun] = field(default_factory=list)
     interrupted: bool = False
 
@@ -169,7 +178,7 @@ class FleetCollector:
             run_on_gpu_worker, request, run.slot, self._queue.name, self._stop.name, run.restarts,
             key=f"bwbench-{self._run_id}-{run.slot}-{run.restarts}", workers=[run.worker],
             allow_other_workers=False, resources={"GPU": 1}, pure=False, retries=0)
-        run.status = RUNNING
+        run.status, run.news_at, run.quiet_told = RUNNING, time.monotonic(), False
 
     def _active(self) -> bool:
         if any(r.status == RUNNING for r in self.runs):
@@ -189,6 +198,7 @@ class FleetCollector:
         for run in self.runs:
             if run.status == RUNNING:
                 self._settle(run, states[id(run)], run.worker in workers)
+                self._tell_if_quiet(run)
             elif run.status == RESTARTING:
                 self._resume_if_back(run, workers)
 
@@ -220,6 +230,12 @@ class FleetCollector:
         first_seen = self._gone_since.setdefault((run.slot, run.restarts), time.monotonic())
         return time.monotonic() - first_seen < self.exit_grace_s
 
+    def _tell_if_quiet(self, run: GpuRun) -> None:
+        silent = time.monotonic() - run.news_at
+        if run.status == RUNNING and silent > self.quiet_s and not run.quiet_told:
+            run.quiet_told = True
+            self.sink.quiet(run, silent)
+
     def _lose(self, run: GpuRun, reason: str) -> None:
         self.client.cancel([run.future], force=True)
         run.error = reason
@@ -248,6 +264,7 @@ class FleetCollector:
             run = next((r for r in self.runs if r.slot == event.get("slot")), None)
             if run is None or event.get("attempt", 0) != run.restarts or run.status != RUNNING:
                 continue  # a task this run abandoned (its worker was given up for lost) still talking
+            run.news_at, run.quiet_told = time.monotonic(), False
             kind = event.get("event")
             if kind == "process":
                 run.pid = event.get("pid")

@@ -185,6 +185,18 @@ class _ShowingSink:
     def idle(self) -> None:
         self.results.idle()
 
+    def quiet(self, run, seconds) -> None:
+        self.results.quiet(run, seconds)
+        case = run.current
+        if case:
+            doing = f"still in {case['suite']} {case['case']} {case['dtype']}"
+        elif run.environment:
+            doing = "between cases"
+        else:
+            doing = "its GPU has not reported yet (still opening it, or its worker is busy with another task)"
+        self.console.print(f"[yellow]no news[/] from {escape(_who(run))} for {seconds:.0f} s: {escape(doing)}; "
+                           "Ctrl-C stops the run and keeps what was measured", soft_wrap=True)
+
     def changed(self, run) -> None:
         from .collect import RESTARTING
 

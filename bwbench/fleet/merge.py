@@ -87,6 +87,9 @@ class FleetResults:
         self._refresh(run)
         self._unwritten = True
 
+    def quiet(self, run: GpuRun, seconds: float) -> None:
+        """Nothing new to write: a silent GPU is the terminal's news."""
+
     def idle(self) -> None:
         if self._unwritten:
             self.writer.flush()
