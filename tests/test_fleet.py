@@ -44,6 +44,8 @@ class FakeGpus:
     die_at: dict[int, int] = field(default_factory=dict)
     hang_at: dict[int, int] = field(default_factory=dict)
     stall_at: dict[int, int] = field(default_factory=dict)
+    uuid_of: dict[int, str] = field(default_factory=dict)
+    """A UUID other than GPU-fake-N: two workers on one card."""
 
     def __call__(self, request, stream):
         from distributed import get_worker
@@ -52,7 +54,7 @@ class FakeGpus:
         token = os.environ.get("CUDA_VISIBLE_DEVICES") if "gpu-" in str(worker.name) else str(worker.name)
         index = int(str(token).rsplit("-", 1)[-1])
         copy = self.copy_gbps.get(index, 3000.0)
-        stream.environment({"gpu_index": index, "gpu_uuid": f"GPU-fake-{index}", "gpu_name": "Fake GPU",
+        stream.environment({"gpu_index": index, "gpu_uuid": self.uuid_of.get(index, f"GPU-fake-{index}"), "gpu_name": "Fake GPU",
                             "host": "fakehost", "copy_gbps": copy, "peak_gbps": 3350.0,
                             "identity": {"serial": f"S{index}", "pcie_link": {"generation": 5, "width": 16}}})
         for number in range(self.cases):
@@ -519,3 +521,11 @@ def test_a_gpu_that_sends_nothing_is_named_and_ctrl_c_still_stops_the_run(tmp_pa
     assert collector.interrupted and {r.slot: r.status for r in runs} == {"fake-0": "done", "fake-1": "stopped"}
     kept = read_document(tmp_path / "quiet.json")
     assert len([r for r in kept.records if r.gpu_index == 1]) == 3  # its first case is kept
+
+
+def test_two_workers_on_one_gpu_are_warned_about(three_fake_gpus, tmp_path):
+    code, _doc, text = _run(three_fake_gpus, tmp_path, FakeGpus(cases=1, uuid_of={2: "GPU-fake-0"}))
+    text = " ".join(text.split())
+    assert "workers fake-0 and fake-2 measure the same GPU (GPU-fake-0)" in text or \
+        "workers fake-2 and fake-0 measure the same GPU (GPU-fake-0)" in text, text
+    assert "CUDA_VISIBLE_DEVICES" in text

@@ -168,6 +168,8 @@ class _ShowingSink:
     def __init__(self, results, progress, console, records_per_gpu):
         self.results, self.progress, self.console, self.total = results, progress, console, records_per_gpu
         self.bars: dict[str, Any] = {}
+        self.uuids: dict[str, str] = {}
+        """GPU UUID -> the worker that reported it first."""
 
     def _bar(self, run):
         if run.slot not in self.bars:
@@ -177,6 +179,13 @@ class _ShowingSink:
     def environment(self, run) -> None:
         self.results.environment(run)
         self.progress.update(self._bar(run), description=_who(run))
+        uuid = (run.environment or {}).get("gpu_uuid")
+        twin = self.uuids.setdefault(uuid, run.slot) if uuid else run.slot
+        if twin != run.slot:  # a worker started without its own CUDA_VISIBLE_DEVICES
+            self.console.print(f"[bold yellow]warning:[/] workers {escape(twin)} and {escape(run.slot)} measure the same "
+                               f"GPU ({escape(str(uuid))}): they share it, so both measure less than it can do and "
+                               "their records are not told apart; give each worker its own GPU "
+                               "(CUDA_VISIBLE_DEVICES)", soft_wrap=True)
 
     def records(self, run, rows) -> None:
         self.results.records(run, rows)
