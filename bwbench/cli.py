@@ -360,6 +360,7 @@ def run(
         console.print(plan_table(plans))
         console.print(f"[dim]{_measurements(plans)} measurements (every case also times the same-size copy)[/]")
         raise typer.Exit(0)
+    store_path = None if no_store else (store or out / "bwbench-history.sqlite")
     if gpus is not None or scheduler is not None:  # many GPUs through Dask (bwbench/fleet)
         from .fleet.command import FleetOptions, FleetOutput, request_from_plans, run_fleet
 
@@ -367,7 +368,7 @@ def run(
                                      quick=quick, preset=preset, timing=timing, max_time=max_time, noise=noise,
                                      min_samples=min_samples, seed=seed, copy_bytes=copy_bytes, timer=timer)
         raise typer.Exit(_guard(lambda: run_fleet(
-            request, FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold), FleetOutput(out, name, report, force),
+            request, FleetOptions(gpus, scheduler, fail_on_outlier, outlier_threshold), FleetOutput(out, name, report, force, store_path),
             {"suite": suite, "dtype": dtype, "impl": impl, "axes": request.axes, "quick": quick, "preset": preset, "timing": timing, "timer": timer,
              "max_time": max_time, "noise": noise, "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
             {p.suite.name: p.suite.describe() for p in plans}, console,
@@ -380,7 +381,7 @@ def run(
         options={"suite": suite, "dtype": dtype, "impl": impl, "axes": parse_axis_args(list(ctx.args), axis),
                  "quick": quick, "preset": preset, "timing": timing, "timer": timer, "max_time": max_time, "noise": noise,
                  "min_samples": min_samples, "seed": seed, "argv": sys.argv[1:]},
-        store_path=None if no_store else (store or out / "bwbench-history.sqlite")))
+        store_path=store_path))
     raise typer.Exit(code)
 
 
@@ -811,6 +812,8 @@ def store_import(
             raise UsageError(str(err)) from None
         for path, result in added:
             what = "new run" if result.new_run else "run already stored"
+            if result.gpus != 1:  # a fleet file: a run per GPU
+                what = f"{result.gpus} GPU runs" + ("" if result.new_run else ", already stored")
             console.print(f"{path}: {what} ({result.gpu_name}, {result.created}), {result.added_records} records added",
                           markup=False, soft_wrap=True)
         console.print(f"store: {target}", markup=False)

@@ -14,6 +14,7 @@ adds only its new records. SQLite comes with Python: no extra package, and the f
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -90,6 +91,8 @@ class AddResult:
     added_records: int
     gpu_name: str | None
     created: str | None
+    gpus: int = 1
+    """How many GPUs' runs were added (a fleet file adds one per GPU)."""
 
 
 @dataclass(frozen=True)
@@ -218,13 +221,44 @@ def created_text(value: Any) -> str | None:
     return parsed.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def per_gpu_runs(document: RunDocument) -> list[RunDocument]:
+    """A fleet document as one run per GPU, each with that GPU's environment and records only: the
+    store keys a run by its GPU, and a fleet file's top-level environment is only its first GPU's,
+    so stored whole, every GPU's records would be filed under that one and overwrite each other.
+    A GPU that sent no record adds nothing. Any other document is one run as it is."""
+    if not document.gpus:
+        return [document]
+    from .fleet.merge import per_gpu_documents
+
+    status = {g.get("gpu_uuid"): g.get("status") for g in document.gpus}
+    return [dataclasses.replace(part, environment={**(document.environment or {}), **part.environment},
+                                complete=bool(document.complete) and status.get(part.gpus[0].get("gpu_uuid")) == "done",
+                                gpus=None, health=None)
+            for _label, part in per_gpu_documents(document) if part.records]
+
+
 def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, source: str | None = None) -> AddResult:
-    """Add a run (a results file or a document) to the store; records already there are kept as they are."""
+    """Add a run (a results file or a document) to the store; records already there are kept as they are.
+    A fleet run goes in as one run per GPU (per_gpu_runs); the result then sums them."""
     if isinstance(path_or_doc, RunDocument):
         document = path_or_doc
     else:
         document = read_document(path_or_doc)
         source = source or str(path_or_doc)
+    parts = per_gpu_runs(document)
+    if len(parts) == 1 and parts[0] is document:
+        return _add_run(document, store_path, source)
+    for part in parts:  # every GPU's facts checked before any is added
+        _checked_environment(part.environment or {}, source)
+    added = [_add_run(part, store_path, source) for part in parts]
+    if not added:
+        return AddResult(run_id_of(document), False, 0, None, None, gpus=0)
+    names = sorted({a.gpu_name for a in added if a.gpu_name})
+    return AddResult(added[0].run_id, any(a.new_run for a in added), sum(a.added_records for a in added),
+                     ", ".join(names) or None, added[0].created, gpus=len(added))
+
+
+def _add_run(document: RunDocument, store_path: str | Path, source: str | None) -> AddResult:
     env = document.environment or {}
     created = _checked_environment(env, source)
     run_id = run_id_of(document)
@@ -277,7 +311,8 @@ def add_finished_run(results_path: str | Path, store_path: str | Path | None) ->
         result = add_document(results_path, store_path)
     except (StoreError, sqlite3.Error, OSError, ValueError) as err:
         return f"warning: run not added to the history store {store_path}: {err}"
-    return f"history: {result.added_records} records added to {store_path}"
+    per_gpu = f" (a run for each of {result.gpus} GPUs)" if result.gpus != 1 else ""
+    return f"history: {result.added_records} records added to {store_path}{per_gpu}"
 
 
 def _result_row(run_id: str, r: Record) -> tuple:

@@ -529,3 +529,25 @@ def test_two_workers_on_one_gpu_are_warned_about(three_fake_gpus, tmp_path):
     assert "workers fake-0 and fake-2 measure the same GPU (GPU-fake-0)" in text or \
         "workers fake-2 and fake-0 measure the same GPU (GPU-fake-0)" in text, text
     assert "CUDA_VISIBLE_DEVICES" in text
+
+
+def test_a_fleet_run_is_added_to_the_store_as_a_run_per_gpu(three_fake_gpus, tmp_path):
+    import sqlite3
+    from contextlib import closing
+
+    from rich.console import Console
+
+    from bwbench.fleet.command import FleetOptions, FleetOutput, run_fleet
+
+    console = Console(record=True, width=200)
+    store = tmp_path / "h.sqlite"
+    code = run_fleet(RunRequest(suites=("softmax",), measure=FakeGpus()), FleetOptions(scheduler="given"),
+                     FleetOutput(tmp_path, "fleet", False, store=store), {}, {"softmax": {}}, console,
+                     client=three_fake_gpus)
+    text = " ".join(console.export_text().split())
+    assert code == 0, text
+    assert "history: 36 records added" in text and "3 GPUs" in text, text
+    with closing(sqlite3.connect(store)) as conn:
+        per_gpu = conn.execute("SELECT r.gpu_uuid, COUNT(*) FROM runs r JOIN results x ON x.run_id = r.run_id "
+                               "GROUP BY r.gpu_uuid").fetchall()
+    assert sorted(per_gpu) == [("GPU-fake-0", 12), ("GPU-fake-1", 12), ("GPU-fake-2", 12)]

@@ -391,3 +391,34 @@ def test_history_reads_the_store_once(tmp_path, monkeypatch):
     assert "aaaaaaa" in result.output and "bbbbbbb" not in result.output and "2,320 (80%)" in result.output
     assert store.select_points(store.query_trend(db, "softmax"), ["cols=1024"], ["torch"], (), H100) == \
         store.query_trend(db, "softmax", ["cols=1024"], ["torch"], (), H100)
+
+
+def fleet_of(day: int) -> RunDocument:
+    """A fleet run of two GPUs as one merged document: the same cases on both, GPU 1 half as fast;
+    the top-level environment is GPU 0's, as a fleet file's is."""
+    gpu0, gpu1 = run_of(day, "fleet01", 1.0), run_of(day, "fleet01", 0.5)
+    gpu1.environment.update(gpu_uuid="GPU-other", gpu_index=1)
+    gpu0.environment.update(gpu_index=0)
+    for index, part in enumerate((gpu0, gpu1)):
+        for r in part.records:
+            r.gpu_index, r.gpu_uuid = index, part.environment["gpu_uuid"]
+    gpus = [{"gpu_index": i, "gpu_uuid": p.environment["gpu_uuid"], "status": "done", "environment": dict(p.environment)}
+            for i, p in enumerate((gpu0, gpu1))]
+    return RunDocument(dict(gpu0.environment), gpu0.options, gpu0.suites, gpu0.records + gpu1.records,
+                       complete=True, gpus=gpus)
+
+
+def test_a_fleet_file_goes_in_as_a_run_per_gpu_each_with_its_own_records(tmp_path):
+    db = tmp_path / "h.sqlite"
+    doc = fleet_of(20)
+    added = store.add_document(write(tmp_path, "fleet", doc), db)
+    assert added.gpus == 2 and added.new_run and added.added_records == len(doc.records)
+    with closing(sqlite3.connect(db)) as conn:
+        runs = dict(conn.execute("SELECT gpu_uuid, run_id FROM runs").fetchall())
+        assert set(runs) == {"GPU-HBM3", "GPU-other"}
+        speeds = {uuid: sorted(v for (v,) in conn.execute(
+                      "SELECT gbps FROM results WHERE run_id = ? AND gbps IS NOT NULL", (run_id,)))
+                  for uuid, run_id in runs.items()}
+    assert speeds["GPU-other"] and all(abs(b - a / 2) < 1e-6 * a for a, b in zip(speeds["GPU-HBM3"], speeds["GPU-other"]))
+    again = store.add_document(write(tmp_path, "again", doc), db)
+    assert not again.new_run and again.added_records == 0

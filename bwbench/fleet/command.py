@@ -34,6 +34,8 @@ class FleetOutput:
     report: bool = True
     force: bool = False
     """Replace the files of an existing --name (as `bwbench run --force`)."""
+    store: Path | None = None
+    """The results store the finished run is added to, a run per GPU (None: --no-store)."""
 
 
 def suite_reference(suite) -> str:
@@ -234,6 +236,10 @@ def _conclude(results, collector, interrupted, threshold, options, output, paths
     health = assess([g.get("environment") for g in document.gpus or []], document.records, threshold)
     results.finish(interrupted=interrupted, health=health.to_dict())
     write_csv(document, paths["csv"])
+    from ..store import add_finished_run
+
+    if note := add_finished_run(paths["json"], output.store):
+        console.print(note, markup=False, soft_wrap=True)
     parts = per_gpu_documents(document)
     for label, part in parts:
         console.rule(escape(label))
