@@ -582,7 +582,7 @@ def report_cmd(
     def build():
         from .report import ReportFilterError, filter_documents
         from .results import read_document
-        from .summary import merge_same_gpu, run_labels
+        from .summary import merge_same_gpu, one_run_per_gpu, run_labels
 
         target = output or files[0].with_suffix(".html")
         check_report_output(target, files)
@@ -592,7 +592,10 @@ def report_cmd(
                 docs.append(read_document(path))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-        docs, stems = merge_same_gpu(docs, [p.stem for p in files])
+        if not any(d.records for d in docs):  # an empty page would look like a report of nothing wrong
+            raise UsageError(f"{', '.join(str(p) for p in files)}: no records to report (the run measured nothing "
+                             "before it stopped)")
+        docs, stems = merge_same_gpu(*one_run_per_gpu(docs, [p.stem for p in files]))
         labels = run_labels([d.environment.get("gpu_name") for d in docs], stems)
         try:
             documents = filter_documents(list(zip(labels, docs)), split_list(suite, "--suite"), split_list(impl, "--impl"), split_list(dtype, "--dtype"))
@@ -730,6 +733,7 @@ def compare(
                 docs = [read_document(p) for p in (baseline, current)]
             except ValueError as err:
                 raise UsageError(str(err)) from None
+        _refuse_fleet_files(docs, [baseline, current] if not against_store else [baseline, baseline])
         comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest,
                                    ignore_timing=ignore_timing)
         if not comparisons:
@@ -764,6 +768,16 @@ def compare(
         return EXIT_OK if passed else EXIT_FAILED
 
     raise typer.Exit(_guard(judge_runs, screen))
+
+
+def _refuse_fleet_files(docs, paths) -> None:
+    """compare judges one GPU's run against another's; a fleet file holds several GPUs' records of
+    the same cases, which would be paired at random. Its run on each GPU is gated by `run --gpus
+    ... --baseline`, and `bwbench history` follows each GPU from the store."""
+    for doc, path in zip(docs, paths):
+        if len(doc.gpus or []) > 1:
+            raise UsageError(f"{path} is a fleet run of {len(doc.gpus)} GPUs; compare takes one GPU's run (gate a fleet "
+                             "run with `bwbench run ... --gpus ... --baseline FILE`, or follow each GPU with `bwbench history`)")
 
 
 def _store_baseline(current_path: Path, store_path: Optional[Path], last: int, ignore_timing: bool = False):

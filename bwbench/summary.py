@@ -215,6 +215,26 @@ def run_labels(names: Sequence[str | None], stems: Sequence[str]) -> list[str]:
     return labels
 
 
+def one_run_per_gpu(documents: Sequence[Any], stems: Sequence[str]) -> tuple[list[Any], list[str]]:
+    """Fleet files split into one run per GPU (as the fleet command's own report shows them), every
+    other file as it is: read whole, a fleet file's GPUs would share one series and each case would
+    appear once per GPU. Returns the documents and their stems (a GPU's: 'STEM GPU N NAME')."""
+    from .fleet.merge import per_gpu_documents
+
+    out: list[Any] = []
+    names: list[str] = []
+    for doc, stem in zip(documents, stems):
+        parts = per_gpu_documents(doc) if getattr(doc, "gpus", None) else []
+        if not parts:
+            out.append(doc)
+            names.append(stem)
+            continue
+        for label, part in parts:
+            out.append(part)
+            names.append(f"{stem} {label}")
+    return out, names
+
+
 def merge_same_gpu(documents: Sequence[Any], stems: Sequence[str]) -> tuple[list[Any], list[str]]:
     """Results files of one GPU model that measured different suites, as one run each.
 

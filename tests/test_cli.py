@@ -186,6 +186,11 @@ def test_report_command_builds_html_from_a_results_file(tmp_path):
     not_results = tmp_path / "other.json"
     not_results.write_text(json.dumps({"hello": 1}))
     assert invoke("report", str(not_results)).exit_code == 2
+    doc.records = []  # a run stopped before its first record: no page of nothing
+    ResultsWriter(tmp_path / "empty.json", doc).finish()
+    result = invoke("report", str(tmp_path / "empty.json"), "-o", str(tmp_path / "empty.html"))
+    assert result.exit_code == 2 and "no records to report" in result.output, result.output
+    assert not (tmp_path / "empty.html").exists()
 
 
 @pytest.mark.parametrize("args", [("run", "softmax", "--dry-run", "--impl", ""), ("run", "softmax", "--dry-run", "--impl", ","),

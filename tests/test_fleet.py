@@ -551,3 +551,16 @@ def test_a_fleet_run_is_added_to_the_store_as_a_run_per_gpu(three_fake_gpus, tmp
         per_gpu = conn.execute("SELECT r.gpu_uuid, COUNT(*) FROM runs r JOIN results x ON x.run_id = r.run_id "
                                "GROUP BY r.gpu_uuid").fetchall()
     assert sorted(per_gpu) == [("GPU-fake-0", 12), ("GPU-fake-1", 12), ("GPU-fake-2", 12)]
+
+
+def test_report_shows_a_fleet_file_as_a_run_per_gpu_and_compare_refuses_it(three_fake_gpus, tmp_path):
+    code, _doc, text = _run(three_fake_gpus, tmp_path, FakeGpus())
+    assert code == 0, text
+    fleet = tmp_path / "fleet.json"
+    page = tmp_path / "page.html"
+    exit_code, output = invoke("report", str(fleet), "-o", str(page))
+    assert exit_code == 0, output
+    html = page.read_text()
+    assert all(f"fleet GPU {i} Fake GPU" in html for i in range(3)), "each GPU is its own run in the report"
+    exit_code, output = invoke("compare", str(fleet), str(fleet))
+    assert exit_code == 2 and "is a fleet run of 3 GPUs" in output and "Traceback" not in output, output
