@@ -733,7 +733,8 @@ def compare(
                 docs = [read_document(p) for p in (baseline, current)]
             except ValueError as err:
                 raise UsageError(str(err)) from None
-        _refuse_fleet_files(docs, [baseline, current] if not against_store else [baseline, baseline])
+        for doc, path in ((docs[1], baseline),) if against_store else zip(docs, (baseline, current)):
+            _refuse_fleet_file(doc, path)
         comparisons = compare_runs(docs[0], docs[1], threshold, ignore_gpu=ignore_gpu, min_bytes=smallest,
                                    ignore_timing=ignore_timing)
         if not comparisons:
@@ -770,14 +771,13 @@ def compare(
     raise typer.Exit(_guard(judge_runs, screen))
 
 
-def _refuse_fleet_files(docs, paths) -> None:
+def _refuse_fleet_file(doc, path) -> None:
     """compare judges one GPU's run against another's; a fleet file holds several GPUs' records of
     the same cases, which would be paired at random. Its run on each GPU is gated by `run --gpus
     ... --baseline`, and `bwbench history` follows each GPU from the store."""
-    for doc, path in zip(docs, paths):
-        if len(doc.gpus or []) > 1:
-            raise UsageError(f"{path} is a fleet run of {len(doc.gpus)} GPUs; compare takes one GPU's run (gate a fleet "
-                             "run with `bwbench run ... --gpus ... --baseline FILE`, or follow each GPU with `bwbench history`)")
+    if len(doc.gpus or []) > 1:
+        raise UsageError(f"{path} is a fleet run of {len(doc.gpus)} GPUs; compare takes one GPU's run (gate a fleet "
+                         "run with `bwbench run ... --gpus ... --baseline FILE`, or follow each GPU with `bwbench history`)")
 
 
 def _store_baseline(current_path: Path, store_path: Optional[Path], last: int, ignore_timing: bool = False):

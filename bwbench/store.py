@@ -225,14 +225,11 @@ def per_gpu_runs(document: RunDocument) -> list[RunDocument]:
     """A fleet document as one run per GPU, each with that GPU's environment and records only: the
     store keys a run by its GPU, and a fleet file's top-level environment is only its first GPU's,
     so stored whole, every GPU's records would be filed under that one and overwrite each other.
-    A GPU that sent no record adds nothing. Any other document is one run as it is."""
-    if not document.gpus:
-        return [document]
+    A GPU that sent no record adds nothing."""
     from .fleet.merge import per_gpu_documents
 
-    status = {g.get("gpu_uuid"): g.get("status") for g in document.gpus}
     return [dataclasses.replace(part, environment={**(document.environment or {}), **part.environment},
-                                complete=bool(document.complete) and status.get(part.gpus[0].get("gpu_uuid")) == "done",
+                                complete=bool(document.complete) and part.gpus[0].get("status") == "done",
                                 gpus=None, health=None)
             for _label, part in per_gpu_documents(document) if part.records]
 
@@ -245,9 +242,9 @@ def add_document(path_or_doc: str | Path | RunDocument, store_path: str | Path, 
     else:
         document = read_document(path_or_doc)
         source = source or str(path_or_doc)
-    parts = per_gpu_runs(document)
-    if len(parts) == 1 and parts[0] is document:
+    if not document.gpus:
         return _add_run(document, store_path, source)
+    parts = per_gpu_runs(document)
     for part in parts:  # every GPU's facts checked before any is added
         _checked_environment(part.environment or {}, source)
     added = [_add_run(part, store_path, source) for part in parts]

@@ -224,7 +224,7 @@ def one_run_per_gpu(documents: Sequence[Any], stems: Sequence[str]) -> tuple[lis
     out: list[Any] = []
     names: list[str] = []
     for doc, stem in zip(documents, stems):
-        parts = per_gpu_documents(doc) if getattr(doc, "gpus", None) else []
+        parts = per_gpu_documents(doc)
         if not parts:
             out.append(doc)
             names.append(stem)
